@@ -1,0 +1,35 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "GuidedAccess",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "DBus", targets: ["DBus"]),
+        .library(name: "GuidedAccessCore", targets: ["GuidedAccessCore"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        // C libraries through pkg-config.
+        .systemLibrary(
+            name: "CDBus", path: "Modules/CDBus", pkgConfig: "dbus-1",
+            providers: [.apt(["libdbus-1-dev"])]),
+        .systemLibrary(
+            name: "CGio", path: "Modules/CGio", pkgConfig: "gio-2.0",
+            providers: [.apt(["libglib2.0-dev"])]),
+
+        // A D-Bus layer over libdbus that knows nothing of GuidedAccess.
+        .target(
+            name: "DBus",
+            dependencies: ["CDBus", .product(name: "Logging", package: "swift-log")]),
+
+        // The domain: features, the key map, sessions, restrictions, the journal.
+        // Imports neither libdbus nor GLib.
+        .target(name: "GuidedAccessCore"),
+
+        .testTarget(name: "DBusTests", dependencies: ["DBus"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

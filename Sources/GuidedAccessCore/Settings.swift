@@ -1,0 +1,111 @@
+/// A settings key as GSettings names it: a schema id and a key in it.
+public struct SettingKey: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public let schema: String
+    public let key: String
+
+    public init(schema: String, key: String) {
+        self.schema = schema
+        self.key = key
+    }
+
+    /// The dconf path of the key, for schemas without a path of their own
+    /// ("org.gnome.desktop.a11y.magnifier" · "mag-factor" →
+    /// "/org/gnome/desktop/a11y/magnifier/mag-factor").
+    public var dconfPath: String {
+        "/" + schema.split(separator: ".").joined(separator: "/") + "/" + key
+    }
+
+    /// The keyfile group dconf's system databases use for this key's directory
+    /// ("org/gnome/desktop/a11y/magnifier").
+    public var dconfGroup: String {
+        schema.split(separator: ".").joined(separator: "/")
+    }
+
+    public var description: String { "\(schema) \(key)" }
+
+    public static func < (a: SettingKey, b: SettingKey) -> Bool {
+        (a.schema, a.key) < (b.schema, b.key)
+    }
+}
+
+/// A value of one of the types the mapped keys have. Enum-typed keys
+/// (e.g. `screen-position`) take their nick as a string.
+public enum SettingValue: Hashable, Sendable, CustomStringConvertible {
+    case bool(Bool)
+    case double(Double)
+    case string(String)
+
+    /// The value in GVariant text form, as `gsettings get` prints it and as
+    /// dconf keyfiles take it: `true`, `2.0`, `'full-screen'`.
+    public var gvariantText: String {
+        switch self {
+        case .bool(let b): return b ? "true" : "false"
+        case .double(let d):
+            let text = String(d)
+            return text.contains(".") || text.contains("e") || text.contains("n") ? text : text + ".0"
+        case .string(let s):
+            var escaped = ""
+            for c in s {
+                if c == "'" || c == "\\" { escaped.append("\\") }
+                escaped.append(c)
+            }
+            return "'" + escaped + "'"
+        }
+    }
+
+    public var description: String { gvariantText }
+}
+
+/// Why a backend cannot realise a key.
+public enum SettingAvailability: Hashable, Sendable {
+    case available
+    case missingSchema
+    case missingKey
+    case wrongType(expected: String)
+}
+
+/// The errors every backend reports. `message` names the key and the value.
+public struct SettingsBackendError: Error, Hashable, Sendable, CustomStringConvertible {
+    public enum Kind: Hashable, Sendable {
+        /// The schema or key does not exist on this system, or has another type.
+        case unsupported
+        /// The value is outside the key's range or choices.
+        case outOfRange
+        /// Writing or syncing failed.
+        case writeFailed
+    }
+    public let kind: Kind
+    public let message: String
+
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+
+    public var description: String { message }
+}
+
+/// One place where the mapped keys live. Implementations: GSettings (user
+/// mode), dconf system databases with locks (system mode), memory (tests).
+///
+/// Calls come from one serial executor; implementations need no locking of
+/// their own but must not block for long.
+public protocol SettingsBackend: AnyObject {
+    /// The name reported in the `Backend` property (`gsettings`, `dconf`, `memory`).
+    var name: String { get }
+
+    /// Whether the key exists on this system with the expected value type.
+    func availability(of key: SettingKey, for value: SettingValue) -> SettingAvailability
+
+    /// Checks a value against the key's schema (type, range, enum choices)
+    /// without writing it. Throws `.unsupported` or `.outOfRange`.
+    func validate(_ value: SettingValue, for key: SettingKey) throws(SettingsBackendError)
+
+    /// The value the user (or the session) set, or nil when the key is unset
+    /// and its default applies — `g_settings_get_user_value`.
+    func userValue(of key: SettingKey) throws(SettingsBackendError) -> SettingValue?
+
+    /// Applies all changes together: a value to set, or nil to reset the key
+    /// to unset. Returns when the change is durable (synced).
+    func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError)
+}
