@@ -16,6 +16,8 @@ let package = Package(
         .systemLibrary(
             name: "CDBus", path: "Modules/CDBus", pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]),
+        // Linux event sources (epoll, eventfd, timerfd, signalfd) for the main loop.
+        .systemLibrary(name: "CLinux", path: "Modules/CLinux"),
         .systemLibrary(
             name: "CGio", path: "Modules/CGio", pkgConfig: "gio-2.0",
             providers: [.apt(["libglib2.0-dev"])]),
@@ -23,11 +25,17 @@ let package = Package(
         // A D-Bus layer over libdbus that knows nothing of GuidedAccess.
         .target(
             name: "DBus",
-            dependencies: ["CDBus", .product(name: "Logging", package: "swift-log")]),
+            dependencies: ["CDBus", "CLinux", .product(name: "Logging", package: "swift-log")]),
 
         // The domain: features, the key map, sessions, restrictions, the journal.
         // Imports neither libdbus nor GLib.
         .target(name: "GuidedAccessCore"),
+
+        // A test object served through the DBus layer, for the integration
+        // tests, the demo and the benchmark.
+        .executableTarget(
+            name: "dbus-test-service",
+            dependencies: ["DBus", .product(name: "Logging", package: "swift-log")]),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
     ],

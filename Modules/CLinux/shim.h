@@ -1,0 +1,9 @@
+#ifndef GUIDEDACCESS_CLINUX_SHIM_H
+#define GUIDEDACCESS_CLINUX_SHIM_H
+/* Linux event sources the main loop waits on; not all are in Swift's Glibc module. */
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <sys/signalfd.h>
+#include <signal.h>
+#endif

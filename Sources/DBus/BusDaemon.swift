@@ -1,0 +1,156 @@
+import Glibc
+
+/// What the bus daemon knows about a connection (`GetConnectionCredentials`).
+public struct Credentials: Sendable, Hashable {
+    public var unixUserID: UInt32?
+    public var unixGroupIDs: [UInt32]?
+    public var processID: UInt32?
+    /// A pidfd for the process, where the bus gives one (dbus ≥ 1.15.6 with
+    /// a recent kernel); the receiver owns it.
+    public var processFD: Int32?
+    public var securityLabel: [UInt8]?
+
+    public init(
+        unixUserID: UInt32? = nil, unixGroupIDs: [UInt32]? = nil, processID: UInt32? = nil,
+        processFD: Int32? = nil, securityLabel: [UInt8]? = nil
+    ) {
+        self.unixUserID = unixUserID
+        self.unixGroupIDs = unixGroupIDs
+        self.processID = processID
+        self.processFD = processFD
+        self.securityLabel = securityLabel
+    }
+}
+
+public enum RequestNameReply: UInt32, Sendable {
+    case primaryOwner = 1
+    case inQueue = 2
+    case exists = 3
+    case alreadyOwner = 4
+}
+
+extension Connection {
+    static let busName = "org.freedesktop.DBus"
+    static let busPath: ObjectPath = "/org/freedesktop/DBus"
+
+    func callBus(_ member: String, _ arguments: [DBusValue]) async throws(DBusError) -> [DBusValue] {
+        try await call(
+            destination: Connection.busName, path: Connection.busPath, interface: Connection.busName,
+            member: member, arguments)
+    }
+
+    /// Asks for a well-known name. Flags: `DO_NOT_QUEUE` by default.
+    public func requestName(_ name: String, allowReplacement: Bool = false, replaceExisting: Bool = false)
+        async throws(DBusError) -> RequestNameReply
+    {
+        guard DBusNames.isValidBusName(name), !name.hasPrefix(":") else {
+            throw .invalidArgs("'\(name)' is not a valid well-known bus name")
+        }
+        var flags: UInt32 = 0x4  // DBUS_NAME_FLAG_DO_NOT_QUEUE
+        if allowReplacement { flags |= 0x1 }
+        if replaceExisting { flags |= 0x2 }
+        let reply = try await callBus("RequestName", [.string(name), .uint32(flags)])
+        guard case .uint32(let code)? = reply.first, let result = RequestNameReply(rawValue: code) else {
+            throw .failed("unexpected RequestName reply \(reply)")
+        }
+        return result
+    }
+
+    public func releaseName(_ name: String) async throws(DBusError) {
+        _ = try await callBus("ReleaseName", [.string(name)])
+    }
+
+    /// The unique name owning `name`, or nil when nobody does.
+    public func nameOwner(_ name: String) async throws(DBusError) -> String? {
+        do {
+            let reply = try await callBus("GetNameOwner", [.string(name)])
+            guard case .string(let owner)? = reply.first else { return nil }
+            return owner
+        } catch where error.name == "org.freedesktop.DBus.Error.NameHasNoOwner" {
+            return nil
+        }
+    }
+
+    /// The bus's own id (`org.freedesktop.DBus.GetId`).
+    public func busID() async throws(DBusError) -> String {
+        let reply = try await callBus("GetId", [])
+        guard case .string(let id)? = reply.first else { throw .failed("unexpected GetId reply") }
+        return id
+    }
+
+    /// The credentials of the connection that owns `name`, from the bus —
+    /// never from anything the peer says about itself.
+    public func credentials(of name: String) async throws(DBusError) -> Credentials {
+        let reply = try await callBus("GetConnectionCredentials", [.string(name)])
+        guard case .dictionary(.string, .variant, let entries)? = reply.first else {
+            throw .failed("unexpected GetConnectionCredentials reply")
+        }
+        var credentials = Credentials()
+        for entry in entries {
+            guard case .string(let key) = entry.key, case .variant(let value) = entry.value else { continue }
+            switch (key, value) {
+            case ("UnixUserID", .uint32(let uid)): credentials.unixUserID = uid
+            case ("ProcessID", .uint32(let pid)): credentials.processID = pid
+            case ("ProcessFD", .unixFD(let fd)): credentials.processFD = fd
+            case ("UnixGroupIDs", .array(.uint32, let gids)):
+                credentials.unixGroupIDs = gids.compactMap { if case .uint32(let g) = $0 { g } else { nil } }
+            case ("LinuxSecurityLabel", .array(.byte, let bytes)):
+                credentials.securityLabel = bytes.compactMap { if case .byte(let b) = $0 { b } else { nil } }
+            default:
+                if case .unixFD(let fd) = value { Glibc.close(fd) }
+            }
+        }
+        return credentials
+    }
+}
+
+/// Facts about a local process from /proc.
+public enum ProcessInfo {
+    /// The executable's path (`/proc/PID/exe`), or nil when the process is
+    /// gone or not ours to inspect.
+    public static func executable(of pid: UInt32, procRoot: String = "/proc") -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink("\(procRoot)/\(pid)/exe", &buffer, buffer.count - 1)
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The systemd unit the process runs in, from its cgroup path
+    /// (`/proc/PID/cgroup`): the last `.service` or `.scope` element.
+    public static func systemdUnit(of pid: UInt32, procRoot: String = "/proc") -> String? {
+        guard let text = readSmallFile("\(procRoot)/\(pid)/cgroup") else { return nil }
+        return systemdUnit(fromCgroupFile: text)
+    }
+
+    /// Parses a cgroup file's content (cgroup v2 line `0::/path`, else the
+    /// `name=systemd` hierarchy of v1).
+    public static func systemdUnit(fromCgroupFile text: String) -> String? {
+        var path: Substring?
+        for line in text.split(separator: "\n") {
+            let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard fields.count == 3 else { continue }
+            if fields[0] == "0" && fields[1].isEmpty {
+                path = fields[2]
+                break
+            }
+            if fields[1] == "name=systemd" { path = fields[2] }
+        }
+        guard let path else { return nil }
+        return path.split(separator: "/").last { $0.hasSuffix(".service") || $0.hasSuffix(".scope") }
+            .map(String.init)
+    }
+
+    static func readSmallFile(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while bytes.count < 1 << 20 {
+            let n = read(fd, &chunk, chunk.count)
+            if n <= 0 { break }
+            bytes += chunk[0..<n]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}

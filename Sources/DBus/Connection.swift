@@ -1,0 +1,264 @@
+import CDBus
+import Logging
+
+/// Which bus to connect to.
+public enum Bus: Sendable, CustomStringConvertible {
+    case session
+    case system
+    /// An explicit address, e.g. `unix:path=/run/test/bus`.
+    case address(String)
+
+    public var description: String {
+        switch self {
+        case .session: return "session bus"
+        case .system: return "system bus"
+        case .address(let a): return "bus at \(a)"
+        }
+    }
+}
+
+/// A private connection to a message bus, owned by one actor whose executor
+/// is the connection's event loop: every libdbus call and every piece of
+/// connection state lives on that one serial executor.
+///
+/// Incoming method calls are routed to exported objects; each runs as a task
+/// on this executor, so a handler may await calls to other services while
+/// further calls are served.
+public actor Connection {
+    public nonisolated let loop: EventLoop
+    /// Our unique name on the bus (":1.42").
+    public nonisolated let uniqueName: String
+    public nonisolated let bus: Bus
+    nonisolated let handle: UnsafeHandle
+    nonisolated let integration: MainLoopIntegration
+    let logger: Logger
+
+    var objects: [ObjectPath: ExportedObject] = [:]
+    var subscriptions: [UInt64: Subscription] = [:]
+    var nextSubscriptionID: UInt64 = 1
+    var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
+    public private(set) var isConnected = true
+    var filterInstalled = false
+    let propertyFlushes = SerialSection()
+
+    struct Subscription {
+        let rule: MatchRule
+        let handler: @Sendable (Message) -> Void
+    }
+
+    public nonisolated var unownedExecutor: UnownedSerialExecutor {
+        loop.asUnownedSerialExecutor()
+    }
+
+    var raw: OpaquePointer { handle.pointer }
+
+    /// Connects and registers with the bus (`Hello`). The connection runs on
+    /// `loop`, or on a new loop thread of its own.
+    public static func connect(
+        to bus: Bus, loop: EventLoop? = nil, logger: Logger = Logger(label: "dbus")
+    ) async throws(DBusError) -> Connection {
+        var error = CDBus.DBusError()
+        dbus_error_init(&error)
+        defer { dbus_error_free(&error) }
+        let raw: OpaquePointer?
+        switch bus {
+        case .session: raw = dbus_bus_get_private(DBUS_BUS_SESSION, &error)
+        case .system: raw = dbus_bus_get_private(DBUS_BUS_SYSTEM, &error)
+        case .address(let address):
+            raw = dbus_connection_open_private(address, &error)
+            if let raw, dbus_bus_register(raw, &error) == 0 {
+                dbus_connection_close(raw)
+                dbus_connection_unref(raw)
+                throw DBusError(from: error, default: "cannot register with the \(bus)")
+            }
+        }
+        guard let raw else { throw DBusError(from: error, default: "cannot connect to the \(bus)") }
+        // We handle Disconnected ourselves and exit cleanly.
+        dbus_connection_set_exit_on_disconnect(raw, 0)
+        let name = dbus_bus_get_unique_name(raw).map { String(cString: $0) } ?? ""
+        let connection = Connection(handle: UnsafeHandle(pointer: raw), bus: bus, uniqueName: name, loop: loop ?? EventLoop.spawn(), logger: logger)
+        await connection.start()
+        return connection
+    }
+
+    private init(handle: UnsafeHandle, bus: Bus, uniqueName: String, loop: EventLoop, logger: Logger) {
+        self.handle = handle
+        self.bus = bus
+        self.uniqueName = uniqueName
+        self.loop = loop
+        self.logger = logger
+        self.integration = MainLoopIntegration(loop: loop, connection: handle.pointer)
+    }
+
+    private static let filterFunction: DBusHandleMessageFunction = { _, message, data in
+        let connection = Unmanaged<Connection>.fromOpaque(data!).takeUnretainedValue()
+        // Filters run inside dbus_connection_dispatch, which only the loop
+        // thread calls: we are on this actor's executor.
+        let message = Message(retaining: message!)
+        return connection.assumeIsolated { $0.filter(message) }
+    }
+
+    private func start() {
+        // Unretained: the filter is removed in deinit, before we are gone.
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        dbus_connection_add_filter(raw, Connection.filterFunction, context, nil)
+        filterInstalled = true
+        integration.install()
+    }
+
+    deinit {
+        if filterInstalled {
+            dbus_connection_remove_filter(handle.pointer, Connection.filterFunction, Unmanaged.passUnretained(self).toOpaque())
+            integration.uninstall()
+        }
+        dbus_connection_close(handle.pointer)
+        dbus_connection_unref(handle.pointer)
+    }
+
+    /// Closes the connection; `Disconnected` handling then runs as if the
+    /// bus had gone.
+    public func close() {
+        guard isConnected else { return }
+        dbus_connection_close(raw)
+    }
+
+    /// Returns when the connection has been closed or the bus has gone.
+    public func waitUntilDisconnected() async {
+        guard isConnected else { return }
+        await withCheckedContinuation { disconnectWaiters.append($0) }
+    }
+
+    // MARK: Incoming messages
+
+    private func filter(_ message: Message) -> DBusHandlerResult {
+        switch message.kind {
+        case .signal:
+            if message.isSignal("org.freedesktop.DBus.Local", "Disconnected") {
+                disconnected()
+                return DBUS_HANDLER_RESULT_HANDLED
+            }
+            for subscription in subscriptions.values where subscription.rule.matches(message) {
+                subscription.handler(message)
+            }
+            return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+        case .methodCall:
+            route(message)
+            return DBUS_HANDLER_RESULT_HANDLED
+        default:
+            return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+        }
+    }
+
+    private func disconnected() {
+        guard isConnected else { return }
+        isConnected = false
+        logger.notice("disconnected from the \(bus)")
+        let waiters = disconnectWaiters
+        disconnectWaiters = []
+        for waiter in waiters { waiter.resume() }
+    }
+
+    // MARK: Sending
+
+    /// Queues a message for sending.
+    public func send(_ message: Message) throws(DBusError) {
+        guard isConnected else { throw .disconnected("not connected to the \(bus)") }
+        guard dbus_connection_send(raw, message.raw, nil) != 0 else { throw .noMemory() }
+    }
+
+    /// Sends a method call and waits for its reply. An error reply is thrown.
+    public func call(_ message: Message, timeout: Duration = .seconds(25)) async throws(DBusError) -> Message {
+        guard isConnected else { throw .disconnected("not connected to the \(bus)") }
+        let ms = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        var pending: OpaquePointer?
+        guard dbus_connection_send_with_reply(raw, message.raw, &pending, max(ms, 1)) != 0 else {
+            throw .noMemory()
+        }
+        guard let pending else { throw .disconnected("not connected to the \(bus)") }
+        // The reply can only be processed by dispatch on this executor, so it
+        // cannot complete before the notify function is set below.
+        let result: Result<Message, DBusError> = await withCheckedContinuation { continuation in
+            let box = Unmanaged.passRetained(PendingReply(continuation)).toOpaque()
+            let ok = dbus_pending_call_set_notify(
+                pending,
+                { pending, data in
+                    let box = Unmanaged<PendingReply>.fromOpaque(data!).takeUnretainedValue()
+                    if let reply = dbus_pending_call_steal_reply(pending) {
+                        box.complete(with: Message(adopting: reply))
+                    } else {
+                        box.complete(with: nil)
+                    }
+                },
+                box,
+                { data in Unmanaged<PendingReply>.fromOpaque(data!).release() })
+            if ok == 0 {
+                Unmanaged<PendingReply>.fromOpaque(box).release()
+            }
+        }
+        dbus_pending_call_unref(pending)
+        let reply = try result.get()
+        if reply.kind == .error {
+            let args = try? reply.arguments()
+            var text = ""
+            if case .string(let s)? = args?.first { text = s }
+            throw DBusError(name: reply.errorName ?? DBusError.failed("").name, message: text)
+        }
+        return reply
+    }
+
+    /// Calls a method and returns the reply's arguments.
+    public func call(
+        destination: String, path: ObjectPath, interface: String, member: String,
+        _ arguments: [DBusValue] = [], timeout: Duration = .seconds(25),
+        allowInteractiveAuthorization: Bool = false
+    ) async throws(DBusError) -> [DBusValue] {
+        let message = try Message.methodCall(destination: destination, path: path, interface: interface, member: member)
+        try message.append(arguments)
+        message.allowInteractiveAuthorization = allowInteractiveAuthorization
+        return try await call(message, timeout: timeout).arguments()
+    }
+
+    /// Emits a signal from `path`. The object at `path` must declare it with
+    /// this signature (see `export`).
+    public func emit(
+        _ signal: String, interface: String, path: ObjectPath, _ arguments: [DBusValue] = []
+    ) throws(DBusError) {
+        guard let object = objects[path], let declaration = object.interface(interface)?.signal(signal) else {
+            throw .invalidArgs("no signal \(interface).\(signal) is declared at \(path)")
+        }
+        let actual = arguments.map(\.type.signature).joined()
+        guard actual == declaration.signature else {
+            throw .invalidArgs("signal \(interface).\(signal) has type '\(declaration.signature)', got '\(actual)'")
+        }
+        let message = try Message.signal(path: path, interface: interface, member: signal)
+        try message.append(arguments)
+        try send(message)
+    }
+}
+
+/// Holds the continuation of one call until libdbus reports its reply.
+private final class PendingReply: @unchecked Sendable {
+    // Touched only on the loop thread: in notify and in deinit, both of which
+    // libdbus runs from dispatch or connection teardown there.
+    private var continuation: CheckedContinuation<Result<Message, DBusError>, Never>?
+
+    init(_ continuation: CheckedContinuation<Result<Message, DBusError>, Never>) {
+        self.continuation = continuation
+    }
+
+    func complete(with reply: Message?) {
+        guard let continuation else { return }
+        self.continuation = nil
+        if let reply {
+            continuation.resume(returning: .success(reply))
+        } else {
+            continuation.resume(returning: .failure(.disconnected("the call ended without a reply")))
+        }
+    }
+
+    deinit {
+        // libdbus freed the pending call without completing it (connection
+        // torn down): never leave the caller waiting.
+        continuation?.resume(returning: .failure(.disconnected("the connection closed before the reply")))
+    }
+}

@@ -1,0 +1,241 @@
+import CLinux
+import Glibc
+import Synchronization
+
+/// A single-threaded event loop over epoll that is also a Swift
+/// `SerialExecutor`: the connection actor and the actors of a service that
+/// share it run their jobs on its thread, between waits for file
+/// descriptors. It never wakes without cause: it sleeps in `epoll_wait`
+/// with no timeout until a descriptor is ready or work is enqueued.
+public final class EventLoop: SerialExecutor, @unchecked Sendable {
+    /// Identifies a registered descriptor.
+    public struct SourceToken: Hashable, Sendable {
+        let value: UInt64
+    }
+
+    private enum Work {
+        case job(UnownedJob)
+        case callback(@Sendable () -> Void)
+    }
+
+    private struct Shared {
+        var work: [Work] = []
+        var handlers: [UInt64: @Sendable (UInt32) -> Void] = [:]
+        var nextToken: UInt64 = 1
+        /// The loop thread is in (or about to enter) epoll_wait.
+        var sleeping = false
+        var wakePending = false
+        var stopping = false
+    }
+
+    private let epollFD: Int32
+    private let wakeFD: Int32
+    private let shared = Mutex(Shared())
+    private let thread = Atomic<UInt>(0)
+    private static let wakeToken: UInt64 = 0
+
+    public init() {
+        epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
+        wakeFD = eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK))
+        precondition(epollFD >= 0 && wakeFD >= 0, "cannot create epoll or eventfd descriptors: errno \(errno)")
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue
+        event.data.u64 = EventLoop.wakeToken
+        precondition(epoll_ctl(epollFD, EPOLL_CTL_ADD, wakeFD, &event) == 0)
+    }
+
+    deinit {
+        close(wakeFD)
+        close(epollFD)
+    }
+
+    /// Starts a loop on a thread of its own.
+    public static func spawn() -> EventLoop {
+        let loop = EventLoop()
+        loop.start()
+        return loop
+    }
+
+    /// Runs the loop on a new thread, which inherits the caller's signal mask.
+    public func start() {
+        let context = Unmanaged.passRetained(self).toOpaque()
+        var tid = pthread_t()
+        let result = pthread_create(
+            &tid, nil,
+            { raw in
+                let loop = Unmanaged<EventLoop>.fromOpaque(raw!).takeRetainedValue()
+                loop.run()
+                return nil
+            }, context)
+        precondition(result == 0, "pthread_create failed: \(result)")
+        pthread_detach(tid)
+    }
+
+    /// Whether the caller runs on the loop's thread.
+    public var isCurrent: Bool {
+        thread.load(ordering: .acquiring) == UInt(pthread_self())
+    }
+
+    /// Runs the loop on the calling thread until `stop()`.
+    public func run() {
+        thread.store(UInt(pthread_self()), ordering: .releasing)
+        var events = [epoll_event](repeating: epoll_event(), count: 32)
+        let executor = asUnownedSerialExecutor()
+        while true {
+            let batch: [Work]? = shared.withLock { s in
+                if s.stopping { return nil }
+                let w = s.work
+                s.work.removeAll(keepingCapacity: true)
+                return w
+            }
+            guard let batch else { break }
+            for item in batch {
+                switch item {
+                case .job(let job): job.runSynchronously(on: executor)
+                case .callback(let body): body()
+                }
+            }
+            let idle = shared.withLock { s in
+                let idle = s.work.isEmpty && !s.stopping
+                s.sleeping = idle
+                return idle
+            }
+            let count = events.withUnsafeMutableBufferPointer {
+                epoll_wait(epollFD, $0.baseAddress, Int32($0.count), idle ? -1 : 0)
+            }
+            if idle { shared.withLock { $0.sleeping = false } }
+            if count < 0 {
+                if errno == EINTR { continue }
+                fatalError("epoll_wait failed: errno \(errno)")
+            }
+            for i in 0..<Int(count) {
+                let token = events[i].data.u64
+                if token == EventLoop.wakeToken {
+                    var value: UInt64 = 0
+                    _ = read(wakeFD, &value, 8)
+                    shared.withLock { $0.wakePending = false }
+                    continue
+                }
+                // A handler may have been removed by an earlier one in this batch.
+                if let handler = shared.withLock({ $0.handlers[token] }) {
+                    handler(events[i].events)
+                }
+            }
+        }
+        thread.store(0, ordering: .releasing)
+    }
+
+    /// Ends `run()` after the work at hand.
+    public func stop() {
+        shared.withLock { $0.stopping = true }
+        wake(force: true)
+    }
+
+    // MARK: Work
+
+    public func enqueue(_ job: consuming ExecutorJob) {
+        enqueue(.job(UnownedJob(job)))
+    }
+
+    /// Runs `body` on the loop's thread, after what is already queued.
+    public func execute(_ body: @escaping @Sendable () -> Void) {
+        enqueue(.callback(body))
+    }
+
+    private func enqueue(_ item: Work) {
+        let mustWake = shared.withLock { s in
+            s.work.append(item)
+            guard s.sleeping, !s.wakePending else { return false }
+            s.wakePending = true
+            return true
+        }
+        if mustWake { writeWake() }
+    }
+
+    /// Wakes the loop if it sleeps, so that it looks at its queues again.
+    public func wake(force: Bool = false) {
+        let mustWake = shared.withLock { s in
+            guard force || s.sleeping, !s.wakePending else { return false }
+            s.wakePending = true
+            return true
+        }
+        if mustWake { writeWake() }
+    }
+
+    private func writeWake() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
+    public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
+        UnownedSerialExecutor(ordinary: self)
+    }
+
+    public func checkIsolated() {
+        precondition(isCurrent, "not on the event loop's thread")
+    }
+
+    public func isIsolatingCurrentContext() -> Bool? {
+        isCurrent
+    }
+
+    // MARK: Descriptors
+
+    /// Watches `fd` for `events` (EPOLLIN, EPOLLOUT; 0 for none). `handler`
+    /// runs on the loop's thread with the events that occurred.
+    public func addSource(
+        fd: Int32, events: UInt32, handler: @escaping @Sendable (UInt32) -> Void
+    ) -> SourceToken {
+        let token = shared.withLock { s in
+            let token = s.nextToken
+            s.nextToken += 1
+            s.handlers[token] = handler
+            return token
+        }
+        var event = epoll_event()
+        event.events = events
+        event.data.u64 = token
+        if epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event) != 0 {
+            shared.withLock { _ = $0.handlers.removeValue(forKey: token) }
+            return SourceToken(value: 0)
+        }
+        return SourceToken(value: token)
+    }
+
+    /// Changes the events a source waits for.
+    public func updateSource(_ token: SourceToken, fd: Int32, events: UInt32) {
+        guard token.value != 0 else { return }
+        var event = epoll_event()
+        event.events = events
+        event.data.u64 = token.value
+        _ = epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event)
+    }
+
+    /// Stops watching; call before closing the descriptor.
+    public func removeSource(_ token: SourceToken, fd: Int32) {
+        guard token.value != 0 else { return }
+        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
+        shared.withLock { _ = $0.handlers.removeValue(forKey: token.value) }
+    }
+}
+
+extension EventLoop {
+    /// Delivers the given signals (SIGTERM, SIGINT, …) to `handler` on the
+    /// loop's thread through a signalfd, instead of as asynchronous signals.
+    /// Blocks them in the calling thread; call it from the main thread before
+    /// other threads start so that they inherit the mask.
+    public func handleSignals(_ signals: [Int32], handler: @escaping @Sendable (Int32) -> Void) {
+        var mask = sigset_t()
+        sigemptyset(&mask)
+        for signal in signals { sigaddset(&mask, signal) }
+        pthread_sigmask(SIG_BLOCK, &mask, nil)
+        let fd = signalfd(-1, &mask, Int32(SFD_NONBLOCK | SFD_CLOEXEC))
+        precondition(fd >= 0, "signalfd failed: errno \(errno)")
+        _ = addSource(fd: fd, events: EPOLLIN.rawValue) { _ in
+            var info = signalfd_siginfo()
+            while read(fd, &info, MemoryLayout<signalfd_siginfo>.size) == MemoryLayout<signalfd_siginfo>.size {
+                handler(Int32(info.ssi_signo))
+            }
+        }
+    }
+}

@@ -1,0 +1,287 @@
+import CDBus
+
+/// An object this connection serves: its interfaces and, per interface, the
+/// property values last announced, so that `PropertiesChanged` carries only
+/// what really changed.
+final class ExportedObject {
+    let path: ObjectPath
+    let interfaces: [Interface]
+    var announced: [String: [String: DBusValue]] = [:]
+
+    init(path: ObjectPath, interfaces: [Interface]) {
+        self.path = path
+        self.interfaces = interfaces
+    }
+
+    func interface(_ name: String) -> Interface? {
+        interfaces.first { $0.name == name }
+    }
+}
+
+enum StandardInterface {
+    static let properties = "org.freedesktop.DBus.Properties"
+    static let introspectable = "org.freedesktop.DBus.Introspectable"
+    static let peer = "org.freedesktop.DBus.Peer"
+}
+
+extension Connection {
+    /// Serves `interfaces` at `path`. Export objects before requesting a bus
+    /// name, so that no call reaches a half-built service.
+    public func export(_ interfaces: [Interface], at path: ObjectPath) async throws(DBusError) {
+        guard objects[path] == nil else { throw .invalidArgs("an object is already exported at \(path)") }
+        let names = interfaces.map(\.name)
+        guard Set(names).count == names.count else { throw .invalidArgs("an interface is listed twice for \(path)") }
+        let object = ExportedObject(path: path, interfaces: interfaces)
+        objects[path] = object
+        for interface in interfaces {
+            var values: [String: DBusValue] = [:]
+            for property in interface.properties where property.changes == .emitsValue || property.changes == .invalidates {
+                if let value = try? await property.getter() { values[property.name] = value }
+            }
+            object.announced[interface.name] = values
+        }
+    }
+
+    /// Stops serving the object at `path`.
+    public func unexport(_ path: ObjectPath) {
+        objects[path] = nil
+    }
+
+    /// Re-reads the properties of `interface` at `path` that announce
+    /// changes, and emits one `PropertiesChanged` with those whose values
+    /// differ from the last announced ones (nothing when none do). Call it
+    /// after changing state, before the reply and before other signals.
+    public func propertiesChanged(path: ObjectPath, interface: String) async {
+        await propertyFlushes.run {
+            await self.flushProperties(path: path, interface: interface)
+        }
+    }
+
+    private func flushProperties(path: ObjectPath, interface name: String) async {
+        guard let object = objects[path], let interface = object.interface(name) else { return }
+        var changed: [DBusValue.DictEntry] = []
+        var invalidated: [DBusValue] = []
+        for property in interface.properties where property.changes == .emitsValue || property.changes == .invalidates {
+            guard let value = try? await property.getter() else { continue }
+            if object.announced[name]?[property.name] == value { continue }
+            object.announced[name, default: [:]][property.name] = value
+            if property.changes == .emitsValue {
+                changed.append(.init(.string(property.name), .variant(value)))
+            } else {
+                invalidated.append(.string(property.name))
+            }
+        }
+        guard !changed.isEmpty || !invalidated.isEmpty else { return }
+        do {
+            let message = try Message.signal(path: path, interface: StandardInterface.properties, member: "PropertiesChanged")
+            try message.append([
+                .string(name), .dictionary(key: .string, value: .variant, changed), .array(.string, invalidated),
+            ])
+            try send(message)
+        } catch {
+            logger.error("cannot emit PropertiesChanged for \(name) at \(path): \(error)")
+        }
+    }
+
+    // MARK: Routing
+
+    func route(_ message: Message) {
+        guard let pathText = message.path, let path = try? ObjectPath(validating: pathText) else {
+            reply(to: message, error: .unknownObject("the call has no valid object path"))
+            return
+        }
+        guard let object = objects[path] else {
+            let member = message.member ?? ""
+            let interface = message.interface ?? StandardInterface.introspectable
+            let children = childNodes(of: path)
+            if interface == StandardInterface.introspectable, member == "Introspect", !children.isEmpty || path == "/" {
+                reply(to: message, values: [.string(Introspection.xml(interfaces: nil, children: children))])
+            } else if interface == StandardInterface.peer, member == "Ping" {
+                reply(to: message, values: [])
+            } else {
+                reply(to: message, error: .unknownObject("no object at path \(path)"))
+            }
+            return
+        }
+        // Each call runs as its own task on this executor: a handler that
+        // awaits another service does not hold up the calls behind it.
+        Task {
+            do {
+                let values = try await invoke(message, on: object)
+                reply(to: message, values: values)
+            } catch let error as DBusError {
+                reply(to: message, error: error)
+            } catch {
+                logger.error("\(message.interface ?? "").\(message.member ?? "") failed: \(error)")
+                reply(to: message, error: .failed(String(describing: error)))
+            }
+        }
+    }
+
+    private func reply(to call: Message, values: [DBusValue]) {
+        guard !call.noReplyExpected else { return }
+        do {
+            let reply = try call.makeReturn()
+            try reply.append(values)
+            try send(reply)
+        } catch {
+            logger.error("cannot reply to \(call.member ?? ""): \(error)")
+            self.reply(to: call, error: .failed("the service could not encode its reply"))
+        }
+    }
+
+    private func reply(to call: Message, error: DBusError) {
+        guard !call.noReplyExpected, isConnected else { return }
+        do {
+            try send(call.makeError(error))
+        } catch {
+            logger.error("cannot send error reply to \(call.member ?? ""): \(error)")
+        }
+    }
+
+    private func childNodes(of path: ObjectPath) -> [String] {
+        let prefix = path.elements
+        var children = Set<String>()
+        for candidate in objects.keys {
+            let elements = candidate.elements
+            if elements.count > prefix.count, Array(elements.prefix(prefix.count)) == prefix {
+                children.insert(String(elements[prefix.count]))
+            }
+        }
+        return children.sorted()
+    }
+
+    private func invoke(_ message: Message, on object: ExportedObject) async throws -> [DBusValue] {
+        let member = message.member ?? ""
+        let interfaceName = message.interface
+
+        // A member of the object's own interfaces (the named one, or any when
+        // the call names none).
+        let candidates = interfaceName.map { name in object.interfaces.filter { $0.name == name } } ?? object.interfaces
+        for interface in candidates {
+            guard let method = interface.method(member) else { continue }
+            let arguments = try message.arguments(expecting: method.inputSignature)
+            let call = makeCall(message, path: object.path, interface: interface.name, arguments: arguments)
+            let values = try await method.handler(call)
+            let actual = values.map(\.type.signature).joined()
+            guard actual == method.outputSignature else {
+                logger.error(
+                    "\(interface.name).\(member) returned '\(actual)', declared '\(method.outputSignature)'")
+                throw DBusError.failed("the service returned a reply of the wrong type")
+            }
+            return values
+        }
+
+        switch (interfaceName ?? "", member) {
+        case (StandardInterface.properties, "Get"), ("", "Get"):
+            let args = try message.arguments(expecting: "ss")
+            let property = try findProperty(object, args[0], args[1])
+            return [.variant(try await read(property))]
+        case (StandardInterface.properties, "GetAll"), ("", "GetAll"):
+            let args = try message.arguments(expecting: "s")
+            let name = try String(dbusValue: args[0])
+            var entries: [DBusValue.DictEntry] = []
+            if let interface = object.interface(name) {
+                for property in interface.properties {
+                    entries.append(.init(.string(property.name), .variant(try await read(property))))
+                }
+            } else if ![StandardInterface.properties, StandardInterface.introspectable, StandardInterface.peer]
+                .contains(name)
+            {
+                throw DBusError.unknownInterface("no interface '\(name)' at \(object.path)")
+            }
+            return [.dictionary(key: .string, value: .variant, entries)]
+        case (StandardInterface.properties, "Set"), ("", "Set"):
+            let args = try message.arguments(expecting: "ssv")
+            let property = try findProperty(object, args[0], args[1])
+            let interface = try String(dbusValue: args[0])
+            guard let setter = property.setter else {
+                throw DBusError.propertyReadOnly("property '\(property.name)' of \(interface) is read-only")
+            }
+            let value = try Variant(dbusValue: args[2]).value
+            guard value.type == property.type else {
+                throw DBusError.invalidArgs(
+                    "property '\(property.name)' has type '\(property.type.signature)', got '\(value.type.signature)'")
+            }
+            try await setter(value, makeCall(message, path: object.path, interface: interface, arguments: args))
+            await propertiesChanged(path: object.path, interface: interface)
+            return []
+        case (StandardInterface.introspectable, "Introspect"), ("", "Introspect"):
+            _ = try message.arguments(expecting: "")
+            return [.string(Introspection.xml(interfaces: object.interfaces, children: childNodes(of: object.path)))]
+        case (StandardInterface.peer, "Ping"), ("", "Ping"):
+            _ = try message.arguments(expecting: "")
+            return []
+        case (StandardInterface.peer, "GetMachineId"), ("", "GetMachineId"):
+            _ = try message.arguments(expecting: "")
+            return [.string(try machineID())]
+        default:
+            if let interfaceName {
+                throw DBusError.unknownMethod("unknown method '\(member)' or interface '\(interfaceName)' at \(object.path)")
+            }
+            throw DBusError.unknownMethod("unknown method '\(member)' at \(object.path)")
+        }
+    }
+
+    private func makeCall(_ message: Message, path: ObjectPath, interface: String, arguments: [DBusValue]) -> MethodCall {
+        MethodCall(
+            sender: message.sender ?? "", path: path, interface: interface, member: message.member ?? "",
+            arguments: arguments, allowInteractiveAuthorization: message.allowInteractiveAuthorization,
+            noReplyExpected: message.noReplyExpected, connection: self)
+    }
+
+    private func findProperty(_ object: ExportedObject, _ interfaceArg: DBusValue, _ nameArg: DBusValue) throws
+        -> Property
+    {
+        let interfaceName = try String(dbusValue: interfaceArg)
+        let name = try String(dbusValue: nameArg)
+        guard let interface = object.interface(interfaceName) else {
+            throw DBusError.unknownInterface("no interface '\(interfaceName)' at \(object.path)")
+        }
+        guard let property = interface.property(name) else {
+            throw DBusError.unknownProperty("no property '\(name)' in \(interfaceName)")
+        }
+        return property
+    }
+
+    private func read(_ property: Property) async throws -> DBusValue {
+        let value = try await property.getter()
+        guard value.type == property.type else {
+            logger.error("property \(property.name) returned '\(value.type.signature)', declared '\(property.type.signature)'")
+            throw DBusError.failed("the service returned a property of the wrong type")
+        }
+        return value
+    }
+
+    private func machineID() throws(DBusError) -> String {
+        var error = CDBus.DBusError()
+        dbus_error_init(&error)
+        defer { dbus_error_free(&error) }
+        guard let id = dbus_try_get_local_machine_id(&error) else {
+            throw DBusError(from: error, default: "no machine id")
+        }
+        defer { dbus_free(id) }
+        return String(cString: id)
+    }
+}
+
+/// Runs async sections one at a time, in the order they arrive, on the
+/// caller's executor — so that property announcements never overtake each
+/// other across suspension points.
+final class SerialSection {
+    private var busy = false
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    func run(isolation: isolated (any Actor)? = #isolation, _ body: () async -> Void) async {
+        if busy {
+            await withCheckedContinuation { waiters.append($0) }
+        }
+        busy = true
+        await body()
+        if waiters.isEmpty {
+            busy = false
+        } else {
+            waiters.removeFirst().resume()
+        }
+    }
+}
