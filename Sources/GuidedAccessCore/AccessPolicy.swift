@@ -91,6 +91,23 @@ public struct AccessPolicy: Hashable, Sendable {
         return listed ? .admitted : .askPolkit(action: action.id)
     }
 
+    /// Whether the caller is admitted to a session method at all — the check
+    /// between the arguments and the session's state in the API's error
+    /// order. StartSession and ConfigureForSession want a client. EndSession
+    /// admits the owner's identity, clients and operators without polkit
+    /// (whether a client may end *this* session is `Session.decide`'s
+    /// `needsOperator`), and asks polkit for `end-session` for anyone else.
+    public func admission(for method: SessionMethod, session: Session?, caller: BusCaller) -> AccessVerdict {
+        switch method {
+        case .startSession, .configureForSession:
+            return verdict(for: caller.identity, action: .startSession)
+        case .endSession:
+            if let session, session.role(of: caller) != .other { return .admitted }
+            if isClient(caller.identity) || isOperator(caller.identity) { return .admitted }
+            return .askPolkit(action: PolkitAction.endSession.id)
+        }
+    }
+
     /// System mode: root, as with systemd's services. User mode: the bus's own
     /// user while the group is absent from the configuration.
     private func isBuiltIn(_ caller: CallerIdentity, groupConfigured: Bool) -> Bool {
