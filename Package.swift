@@ -30,6 +30,7 @@ let package = Package(
         .target(name: "GuidedAccessCore"),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
+        .testTarget(name: "GuidedAccessCoreTests", dependencies: ["GuidedAccessCore"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -60,6 +60,14 @@ public struct SessionOptions: Hashable, Sendable {
         FeatureKeyMap.Options(zoomFactor: zoomFactor, textScale: textScale)
     }
 
+    public init(timeLimitSec: UInt64, features: Set<Feature>, zoomFactor: Double, textScale: Double, inhibitSleep: Bool) {
+        self.timeLimitSec = timeLimitSec
+        self.features = features
+        self.zoomFactor = zoomFactor
+        self.textScale = textScale
+        self.inhibitSleep = inhibitSleep
+    }
+
     /// Validates `options`. Every InvalidArgs (unknown key, wrong type, out of
     /// range; keys in name order) comes before UnknownFeature, matching the
     /// API's error order; UnsupportedFeature is the caller's next check
@@ -88,8 +96,10 @@ public struct SessionOptions: Hashable, Sendable {
             case ("inhibit-sleep", .bool(let inhibit)):
                 inhibitSleep = inhibit
             case ("time-limit", _), ("features", _), ("zoom-factor", _), ("text-scale", _), ("inhibit-sleep", _):
+                // A value of a type the D-Bus layer does not decode is named by its type alone.
+                let shown = if case .other = value { key } else { "\(key) \(value)" }
                 throw .invalidArgs(
-                    "\(key) \(value) has type '\(value.signature)', expected '\(Self.expectedSignature[key]!)'")
+                    "\(shown) has type '\(value.signature)', expected '\(Self.expectedSignature[key]!)'")
             default:
                 throw .invalidArgs("unknown option '\(key)' (value \(value))")
             }
