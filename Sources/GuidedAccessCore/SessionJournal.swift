@@ -276,3 +276,33 @@ extension JournalRecord.SnapshotEntry {
         self.init(schema: schema, key: key, unset: unset, bool: nil, double: nil, string: nil)
     }
 }
+
+extension SessionJournal {
+    /// Writes settings the only safe way round: first the journal learns
+    /// `state` — whose session snapshot must already hold every key in
+    /// `changes` — then the backend writes. If the backend fails, nothing was
+    /// changed (backends apply all or nothing), so the journal goes back to
+    /// `previous`, best effort: a leftover snapshot entry would only make the
+    /// session's end restore a key it never wrote.
+    public func applyJournaled(
+        _ changes: [SettingKey: SettingValue?], to backend: some SettingsBackend,
+        state: JournalState, previous: JournalState
+    ) throws(GuidedAccessError) {
+        if let session = state.session {
+            precondition(
+                changes.keys.allSatisfy { session.snapshot[$0] != nil },
+                "a key is written before its value before the session is recorded")
+        }
+        do {
+            try record(state)
+        } catch {
+            throw .backendFailed("cannot record the session before changing settings: \(error)")
+        }
+        do {
+            try backend.apply(changes)
+        } catch {
+            try? record(previous)
+            throw .backendFailed("\(backend.name) backend: \(error.message)")
+        }
+    }
+}
