@@ -38,6 +38,7 @@ let package = Package(
             dependencies: ["DBus", .product(name: "Logging", package: "swift-log")]),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
+        .testTarget(name: "GuidedAccessCoreTests", dependencies: ["GuidedAccessCore"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,52 @@
+/// An accessibility feature a session can turn on, named on the wire as in
+/// the API's vocabulary.
+public enum Feature: String, CaseIterable, Hashable, Sendable, Comparable, CustomStringConvertible {
+    case screenReader = "screen-reader"
+    case zoom = "zoom"
+    case invertColors = "invert-colors"
+    case grayscale = "grayscale"
+    case highContrast = "high-contrast"
+    case largeText = "large-text"
+    case onScreenKeyboard = "on-screen-keyboard"
+    case reduceMotion = "reduce-motion"
+
+    /// The name used in `features`, `EnabledFeatures` and `SupportedFeatures`.
+    public var wireName: String { rawValue }
+
+    public var description: String { rawValue }
+
+    /// Parses a wire name; an unknown one is `UnknownFeature` naming it.
+    public init(wireName: String) throws(GuidedAccessError) {
+        guard let feature = Feature(rawValue: wireName) else {
+            throw .unknownFeature("unknown feature '\(wireName)'")
+        }
+        self = feature
+    }
+
+    /// Parses a list of wire names into a set (repeats are harmless); the
+    /// first unknown name, in list order, is the error.
+    public static func parse(_ wireNames: [String]) throws(GuidedAccessError) -> Set<Feature> {
+        var features: Set<Feature> = []
+        for name in wireNames { features.insert(try Feature(wireName: name)) }
+        return features
+    }
+
+    /// Throws `UnsupportedFeature` naming the first (in sorted order) feature
+    /// of `features` that is not in `supported`.
+    public static func requireSupported(
+        _ features: Set<Feature>, supported: Set<Feature>
+    ) throws(GuidedAccessError) {
+        if let missing = features.subtracting(supported).sorted().first {
+            throw .unsupportedFeature(
+                "feature '\(missing)' is not supported by this system's settings backend")
+        }
+    }
+
+    /// Wire-name order, so every sorted list the API sends is sorted as strings.
+    public static func < (a: Feature, b: Feature) -> Bool { a.rawValue < b.rawValue }
+}
+
+extension Sequence where Element == Feature {
+    /// The wire names, sorted: the form of `EnabledFeatures` and `SupportedFeatures`.
+    public var sortedWireNames: [String] { map(\.wireName).sorted() }
+}

@@ -1,0 +1,108 @@
+/// Settings kept in the process only: for tests and benchmarks (`Backend=memory`).
+///
+/// It knows a configurable set of keys with their types and ranges, so tests
+/// can model a system that lacks a key (GNOME 43 has no `reduced-motion`),
+/// and it can be told to fail the next `apply`.
+public final class MemorySettingsBackend: SettingsBackend {
+    /// A key's type as its schema declares it.
+    public enum KeyType: Hashable, Sendable {
+        case bool
+        case double(ClosedRange<Double>)
+        case choice([String])
+
+        func accepts(_ value: SettingValue) -> Bool {
+            switch (self, value) {
+            case (.bool, .bool), (.double, .double), (.choice, .string): return true
+            default: return false
+            }
+        }
+
+        var name: String {
+            switch self {
+            case .bool: return "b"
+            case .double: return "d"
+            case .choice: return "enum"
+            }
+        }
+    }
+
+    /// The mapped keys of GNOME 43 (Debian 12), with the schemas' ranges.
+    public static let gnome43Keys: [SettingKey: KeyType] = [
+        .screenReaderEnabled: .bool,
+        .screenMagnifierEnabled: .bool,
+        .screenKeyboardEnabled: .bool,
+        .magFactor: .double(0.1...32.0),
+        .screenPosition: .choice(["none", "full-screen", "top-half", "bottom-half", "left-half", "right-half"]),
+        .invertLightness: .bool,
+        .colorSaturation: .double(0.0...1.0),
+        .highContrast: .bool,
+        .textScalingFactor: .double(0.5...3.0),
+        .enableAnimations: .bool,
+    ]
+
+    /// GNOME 50 and later: the GNOME 43 keys plus `reduced-motion`.
+    public static let gnome50Keys: [SettingKey: KeyType] =
+        gnome43Keys.merging([.reducedMotion: .choice(["no-preference", "reduce"])]) { old, _ in old }
+
+    public let name = "memory"
+    public let knownKeys: [SettingKey: KeyType]
+    /// The user values; a key not in it is unset.
+    public private(set) var values: [SettingKey: SettingValue]
+    /// How many `apply` calls succeeded, for tests that check nothing was written.
+    public private(set) var appliedCount = 0
+    private var nextApplyFailure: SettingsBackendError?
+
+    public init(knownKeys: [SettingKey: KeyType] = MemorySettingsBackend.gnome43Keys, values: [SettingKey: SettingValue] = [:]) {
+        self.knownKeys = knownKeys
+        self.values = values
+    }
+
+    /// Makes the next `apply` throw `error` and change nothing.
+    public func failNextApply(with error: SettingsBackendError = SettingsBackendError(.writeFailed, "injected failure")) {
+        nextApplyFailure = error
+    }
+
+    public func availability(of key: SettingKey, for value: SettingValue) -> SettingAvailability {
+        guard let type = knownKeys[key] else {
+            return knownKeys.keys.contains { $0.schema == key.schema } ? .missingKey : .missingSchema
+        }
+        return type.accepts(value) ? .available : .wrongType(expected: type.name)
+    }
+
+    public func validate(_ value: SettingValue, for key: SettingKey) throws(SettingsBackendError) {
+        guard let type = knownKeys[key] else { throw SettingsBackendError(.unsupported, "no key \(key) on this system") }
+        switch (type, value) {
+        case (.bool, .bool): return
+        case (.double(let range), .double(let d)):
+            guard range.contains(d) else {
+                throw SettingsBackendError(.outOfRange, "\(key) \(value) is out of range \(range.lowerBound)…\(range.upperBound)")
+            }
+        case (.choice(let choices), .string(let s)):
+            guard choices.contains(s) else {
+                throw SettingsBackendError(.outOfRange, "\(key) \(value) is not one of \(choices.joined(separator: ", "))")
+            }
+        default:
+            throw SettingsBackendError(.unsupported, "\(key) has type \(type.name), not the type of \(value)")
+        }
+    }
+
+    public func userValue(of key: SettingKey) throws(SettingsBackendError) -> SettingValue? {
+        guard knownKeys[key] != nil else { throw SettingsBackendError(.unsupported, "no key \(key) on this system") }
+        return values[key]
+    }
+
+    public func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) {
+        if let failure = nextApplyFailure {
+            nextApplyFailure = nil
+            throw failure
+        }
+        // Validate everything first: all changes or none.
+        for (key, value) in changes.sorted(by: { $0.key < $1.key }) {
+            if let value { try validate(value, for: key) } else if knownKeys[key] == nil {
+                throw SettingsBackendError(.unsupported, "no key \(key) on this system")
+            }
+        }
+        for (key, value) in changes { values[key] = value }
+        appliedCount += 1
+    }
+}

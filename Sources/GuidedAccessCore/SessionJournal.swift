@@ -1,0 +1,308 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What survives a restart of the service: the session, if any, and the
+/// registered restrictions with their states (restrictions outlive restarts
+/// even outside a session).
+public struct JournalState: Hashable, Sendable {
+    public var session: Session?
+    public var restrictions: [Restriction]
+
+    public init(session: Session?, restrictions: [Restriction]) {
+        self.session = session
+        self.restrictions = restrictions
+    }
+}
+
+/// Why the journal could not be read or written.
+public enum JournalError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The file exists but is not a journal; it was moved to `movedTo`.
+    case corrupt(path: String, movedTo: String, reason: String)
+    /// Written by a newer service; left in place so that service can read it again.
+    case unsupportedVersion(path: String, version: Int)
+    /// A system call failed.
+    case io(path: String, operation: String, errno: Int32)
+
+    public var description: String {
+        switch self {
+        case .corrupt(let path, let movedTo, let reason):
+            return "journal \(path) is corrupt (\(reason)); kept as \(movedTo)"
+        case .unsupportedVersion(let path, let version):
+            return "journal \(path) has version \(version); this service reads version \(SessionJournal.version)"
+        case .io(let path, let operation, let code):
+            return "\(operation) \(path): \(String(cString: strerror(code)))"
+        }
+    }
+}
+
+/// The crash-safety record of the service, one JSON file in the state
+/// directory, replaced atomically on every change.
+///
+/// Order of use: the service changes its `JournalState` (a session's snapshot
+/// first), calls `record(_:)`, and only then writes settings. After a crash
+/// the journal therefore knows every key that may have been written and what
+/// to put back — at worst a key is restored that was never changed.
+public struct SessionJournal: Sendable {
+    public static let version = 1
+    public static let fileName = "journal.json"
+
+    public let directory: String
+    public var path: String { directory + "/" + Self.fileName }
+    private var temporaryPath: String { directory + "/" + Self.fileName + ".tmp" }
+
+    public init(directory: String) {
+        self.directory = directory
+    }
+
+    /// The stored state, or nil when there is no journal yet. A corrupt file
+    /// is moved aside to `journal.corrupt-<seconds since epoch>` and reported:
+    /// never silently dropped, never read again as if it were good.
+    public func load() throws(JournalError) -> JournalState? {
+        guard let bytes = try readFile(path) else { return nil }
+        let record: JournalRecord
+        do {
+            record = try JSONDecoder().decode(JournalRecord.self, from: Data(bytes))
+        } catch {
+            throw try moveAside(reason: "\(error)")
+        }
+        guard record.version == Self.version else {
+            throw .unsupportedVersion(path: path, version: record.version)
+        }
+        do {
+            return try record.state()
+        } catch let invalid as JournalRecord.Invalid {
+            throw try moveAside(reason: invalid.reason)
+        } catch {
+            throw try moveAside(reason: "\(error)")
+        }
+    }
+
+    /// Replaces the journal with `state`: temporary file in the same
+    /// directory, fsync, rename over, fsync the directory. Returns when the
+    /// new state is durable.
+    public func record(_ state: JournalState) throws(JournalError) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
+        let data: Data
+        do {
+            data = try encoder.encode(JournalRecord(state))
+        } catch {
+            // Every field is a string, number or bool: encoding cannot fail
+            // except for a non-finite number, which validation keeps out.
+            preconditionFailure("journal state does not encode: \(error)")
+        }
+        // One level only: the parent is the state directory's business (systemd's StateDirectory=).
+        if mkdir(directory, 0o700) != 0, errno != EEXIST {
+            throw .io(path: directory, operation: "mkdir", errno: errno)
+        }
+        try writeDurably(Array(data), to: temporaryPath)
+        guard rename(temporaryPath, path) == 0 else {
+            let code = errno
+            unlink(temporaryPath)
+            throw .io(path: path, operation: "rename", errno: code)
+        }
+        try syncDirectory()
+    }
+
+    // MARK: Files
+
+    private func readFile(_ path: String) throws(JournalError) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return nil }
+            throw .io(path: path, operation: "open", errno: errno)
+        }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw .io(path: path, operation: "read", errno: errno)
+            }
+            if n == 0 { return bytes }
+            bytes.append(contentsOf: buffer[0..<n])
+        }
+    }
+
+    private func writeDurably(_ bytes: [UInt8], to path: String) throws(JournalError) {
+        // 0600: the journal holds the owner's identity and the user's settings.
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .io(path: path, operation: "open", errno: errno) }
+        var failure: JournalError?
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                failure = .io(path: path, operation: "write", errno: errno)
+                break
+            }
+            offset += n
+        }
+        if failure == nil, fsync(fd) != 0 { failure = .io(path: path, operation: "fsync", errno: errno) }
+        if close(fd) != 0, failure == nil { failure = .io(path: path, operation: "close", errno: errno) }
+        if let failure {
+            unlink(path)
+            throw failure
+        }
+    }
+
+    private func syncDirectory() throws(JournalError) {
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw .io(path: directory, operation: "open", errno: errno) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw .io(path: directory, operation: "fsync", errno: errno) }
+    }
+
+    /// Moves the corrupt journal aside and returns the error to report.
+    private func moveAside(reason: String) throws(JournalError) -> JournalError {
+        let stamp = String(time(nil))
+        var target = directory + "/journal.corrupt-" + stamp
+        var attempt = 1
+        while access(target, F_OK) == 0 {
+            attempt += 1
+            target = directory + "/journal.corrupt-" + stamp + "." + String(attempt)
+        }
+        guard rename(path, target) == 0 else { throw .io(path: path, operation: "rename", errno: errno) }
+        try syncDirectory()
+        return .corrupt(path: path, movedTo: target, reason: reason)
+    }
+}
+
+/// The file format, version 1. Kept apart from the domain types so either can
+/// change without the other, and so a stored value says whether it was unset.
+struct JournalRecord: Codable {
+    struct Invalid: Error { var reason: String }
+
+    struct SessionRecord: Codable {
+        var owner: String?
+        var ownerUID: UInt32
+        var ownerExecutable: String?
+        var features: [String]
+        var zoomFactor: Double
+        var textScale: Double
+        var inhibitSleep: Bool
+        var deadlineUsec: UInt64
+        var snapshot: [SnapshotEntry]
+    }
+
+    /// One key's value before the session: `unset`, or exactly one of the values.
+    struct SnapshotEntry: Codable {
+        var schema: String
+        var key: String
+        var unset: Bool
+        var bool: Bool?
+        var double: Double?
+        var string: String?
+    }
+
+    struct RestrictionRecord: Codable {
+        var identifier: String
+        var text: String
+        var detail: String
+        var state: String
+    }
+
+    var version: Int
+    var session: SessionRecord?
+    var restrictions: [RestrictionRecord]
+
+    init(_ state: JournalState) {
+        version = SessionJournal.version
+        session = state.session.map { s in
+            SessionRecord(
+                owner: s.owner, ownerUID: s.ownerIdentity.uid, ownerExecutable: s.ownerIdentity.executablePath,
+                features: s.features.sortedWireNames, zoomFactor: s.zoomFactor, textScale: s.textScale,
+                inhibitSleep: s.inhibitSleep, deadlineUsec: s.deadlineUsec,
+                snapshot: s.snapshot.sorted { $0.key < $1.key }.map { key, stored in
+                    var entry = SnapshotEntry(schema: key.schema, key: key.key, unset: stored == .unset)
+                    switch stored.settingValue {
+                    case .bool(let b): entry.bool = b
+                    case .double(let d): entry.double = d
+                    case .string(let s): entry.string = s
+                    case nil: break
+                    }
+                    return entry
+                })
+        }
+        restrictions = state.restrictions.sorted { $0.identifier < $1.identifier }.map {
+            RestrictionRecord(identifier: $0.identifier, text: $0.text, detail: $0.detail, state: $0.state.rawValue)
+        }
+    }
+
+    func state() throws -> JournalState {
+        let session = try self.session.map { s in
+            var features: Set<Feature> = []
+            for name in s.features {
+                guard let feature = Feature(rawValue: name) else { throw Invalid(reason: "unknown feature '\(name)'") }
+                features.insert(feature)
+            }
+            var snapshot: [SettingKey: StoredValue] = [:]
+            for entry in s.snapshot {
+                let key = SettingKey(schema: entry.schema, key: entry.key)
+                let values = [entry.bool.map(SettingValue.bool), entry.double.map(SettingValue.double),
+                              entry.string.map(SettingValue.string)].compactMap { $0 }
+                switch (entry.unset, values.count) {
+                case (true, 0): snapshot[key] = .unset
+                case (false, 1): snapshot[key] = .set(values[0])
+                default: throw Invalid(reason: "snapshot of \(key) is neither unset nor one value")
+                }
+            }
+            return Session(
+                owner: s.owner, ownerIdentity: OwnerIdentity(uid: s.ownerUID, executablePath: s.ownerExecutable),
+                features: features, zoomFactor: s.zoomFactor, textScale: s.textScale, inhibitSleep: s.inhibitSleep,
+                deadlineUsec: s.deadlineUsec, snapshot: snapshot)
+        }
+        let restrictions = try self.restrictions.map { r in
+            guard let state = RestrictionState(rawValue: r.state) else {
+                throw Invalid(reason: "restriction '\(r.identifier)' has state '\(r.state)'")
+            }
+            return Restriction(identifier: r.identifier, text: r.text, detail: r.detail, state: state)
+        }
+        return JournalState(session: session, restrictions: restrictions)
+    }
+}
+
+extension JournalRecord.SnapshotEntry {
+    init(schema: String, key: String, unset: Bool) {
+        self.init(schema: schema, key: key, unset: unset, bool: nil, double: nil, string: nil)
+    }
+}
+
+extension SessionJournal {
+    /// Writes settings the only safe way round: first the journal learns
+    /// `state` — whose session snapshot must already hold every key in
+    /// `changes` — then the backend writes. If the backend fails, nothing was
+    /// changed (backends apply all or nothing), so the journal goes back to
+    /// `previous`, best effort: a leftover snapshot entry would only make the
+    /// session's end restore a key it never wrote.
+    public func applyJournaled(
+        _ changes: [SettingKey: SettingValue?], to backend: some SettingsBackend,
+        state: JournalState, previous: JournalState
+    ) throws(GuidedAccessError) {
+        if let session = state.session {
+            precondition(
+                changes.keys.allSatisfy { session.snapshot[$0] != nil },
+                "a key is written before its value before the session is recorded")
+        }
+        do {
+            try record(state)
+        } catch {
+            throw .backendFailed("cannot record the session before changing settings: \(error)")
+        }
+        do {
+            try backend.apply(changes)
+        } catch {
+            try? record(previous)
+            throw .backendFailed("\(backend.name) backend: \(error.message)")
+        }
+    }
+}

@@ -1,0 +1,41 @@
+import Testing
+@testable import GuidedAccessCore
+
+@Suite struct FeatureTests {
+    @Test func everyFeatureParsesFromItsWireName() throws {
+        for feature in Feature.allCases {
+            #expect(try Feature(wireName: feature.wireName) == feature)
+        }
+        #expect(Feature.allCases.count == 8)
+    }
+
+    @Test func anUnknownFeatureIsUnknownFeatureNamingIt() {
+        #expect(throws: GuidedAccessError.unknownFeature("unknown feature 'teleport'")) {
+            try Feature.parse(["zoom", "teleport"])
+        }
+    }
+
+    @Test func featuresSortByWireName() {
+        #expect(Feature.allCases.sorted().map(\.wireName) == [
+            "grayscale", "high-contrast", "invert-colors", "large-text",
+            "on-screen-keyboard", "reduce-motion", "screen-reader", "zoom",
+        ])
+    }
+
+    @Test func anUnsupportedFeatureIsUnsupportedFeatureNamingIt() {
+        #expect(throws: GuidedAccessError.self) {
+            try Feature.requireSupported([.zoom, .reduceMotion], supported: [.zoom])
+        }
+        do {
+            try Feature.requireSupported([.zoom, .reduceMotion], supported: [.zoom])
+        } catch {
+            #expect(error.dbusErrorName == "org.guidedaccess.GuidedAccess1.Error.UnsupportedFeature")
+            #expect(error.message.contains("reduce-motion"))
+        }
+    }
+
+    @Test func invalidArgsUsesTheFreedesktopErrorName() {
+        #expect(GuidedAccessError.invalidArgs("x").dbusErrorName == "org.freedesktop.DBus.Error.InvalidArgs")
+        #expect(GuidedAccessError.limitExceeded("x").dbusErrorName == "org.guidedaccess.GuidedAccess1.Error.LimitExceeded")
+    }
+}

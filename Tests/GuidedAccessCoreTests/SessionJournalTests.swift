@@ -1,0 +1,162 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import Glibc
+import Testing
+@testable import GuidedAccessCore
+
+@Suite struct SessionJournalTests {
+    /// A fresh directory per test, removed afterwards.
+    final class TemporaryDirectory {
+        let path: String
+        init() {
+            var template = Array("/tmp/guidedaccess-journal-XXXXXX".utf8CString)
+            path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
+        }
+        var files: [String] { (try? FileManager.default.contentsOfDirectory(atPath: path))?.sorted() ?? [] }
+        func write(_ text: String, to name: String) {
+            _ = FileManager.default.createFile(atPath: path + "/" + name, contents: Data(text.utf8))
+        }
+        func read(_ name: String) -> String? {
+            FileManager.default.contents(atPath: path + "/" + name).map { String(decoding: $0, as: UTF8.self) }
+        }
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    let directory = TemporaryDirectory()
+    var journal: SessionJournal { SessionJournal(directory: directory.path) }
+
+    var sampleState: JournalState {
+        let session = Session(
+            owner: ":1.42", ownerIdentity: OwnerIdentity(uid: 1000, executablePath: "/usr/bin/kiosk"),
+            features: [.zoom, .invertColors, .reduceMotion], zoomFactor: 2.5, textScale: 1.5, inhibitSleep: false,
+            deadlineUsec: 1_800_000_000_000_000,
+            snapshot: [
+                .magFactor: .set(.double(1.25)), .invertLightness: .unset,
+                .screenPosition: .set(.string("top-half")), .enableAnimations: .set(.bool(true)),
+            ])
+        return JournalState(session: session, restrictions: [
+            Restriction(identifier: "com.example.a", text: "A", detail: "", state: .deny),
+            Restriction(identifier: "com.example.b", text: "B", detail: "Détail", state: .allow),
+        ])
+    }
+
+    @Test func noJournalLoadsAsNil() throws {
+        #expect(try journal.load() == nil)
+    }
+
+    @Test func aRecordedStateLoadsBackTheSame() throws {
+        try journal.record(sampleState)
+        #expect(try journal.load() == sampleState)
+    }
+
+    @Test func aStateWithoutSessionKeepsTheRestrictions() throws {
+        let state = JournalState(session: nil, restrictions: [Restriction(identifier: "x", text: "X", detail: "")])
+        try journal.record(state)
+        #expect(try journal.load() == state)
+    }
+
+    @Test func theOwnerGoneIsStoredAsNoOwner() throws {
+        var state = sampleState
+        state.session?.owner = nil
+        try journal.record(state)
+        #expect(try journal.load()?.session?.owner == nil)
+    }
+
+    @Test func recordingLeavesOnlyTheJournalBehind() throws {
+        try journal.record(sampleState)
+        try journal.record(JournalState(session: nil, restrictions: []))
+        #expect(directory.files == ["journal.json"])
+    }
+
+    @Test func theJournalCarriesAVersion() throws {
+        try journal.record(sampleState)
+        #expect(directory.read("journal.json")?.contains("\"version\" : 1") == true)
+    }
+
+    @Test func aCorruptJournalIsReportedAndKeptAside() throws {
+        directory.write("{ not json", to: "journal.json")
+        var reported: JournalError?
+        do { _ = try journal.load() } catch { reported = error }
+        guard case .corrupt(_, let movedTo, _) = reported else {
+            Issue.record("expected a corrupt-journal error, got \(String(describing: reported))")
+            return
+        }
+        #expect(movedTo.hasPrefix(directory.path + "/journal.corrupt-"))
+        #expect(directory.files.count == 1)
+        #expect(directory.files.first?.hasPrefix("journal.corrupt-") == true)
+        #expect(directory.read(String(movedTo.dropFirst(directory.path.count + 1))) == "{ not json")
+        #expect(try journal.load() == nil)
+    }
+
+    @Test func aJournalWithAnUnknownFeatureIsCorrupt() throws {
+        try journal.record(sampleState)
+        let text = directory.read("journal.json")!.replacing("\"zoom\"", with: "\"warp\"")
+        directory.write(text, to: "journal.json")
+        #expect(throws: JournalError.self) { try journal.load() }
+        #expect(directory.files.allSatisfy { $0.hasPrefix("journal.corrupt-") })
+    }
+
+    @Test func aJournalFromANewerVersionIsLeftInPlace() throws {
+        directory.write(#"{"version": 2, "restrictions": []}"#, to: "journal.json")
+        #expect(throws: JournalError.unsupportedVersion(path: journal.path, version: 2)) { try journal.load() }
+        #expect(directory.files == ["journal.json"])
+    }
+
+    @Test func aStaleTemporaryFileFromACrashIsReplaced() throws {
+        directory.write("half-written", to: "journal.json.tmp")
+        try journal.record(sampleState)
+        #expect(directory.files == ["journal.json"])
+    }
+}
+
+@Suite struct JournaledApplyTests {
+    let directory = SessionJournalTests.TemporaryDirectory()
+    var journal: SessionJournal { SessionJournal(directory: directory.path) }
+
+    func started(snapshotting backend: MemorySettingsBackend) throws -> (Session, [SettingKey: SettingValue?]) {
+        let owner = BusCaller(uniqueName: ":1.1", identity: CallerIdentity(uid: 1000, executablePath: "/usr/bin/kiosk"))
+        var session = Session(
+            owner: owner, options: SessionOptions(timeLimitSec: 0, features: [.invertColors], zoomFactor: 2, textScale: 1.5, inhibitSleep: true),
+            nowUsec: 0)
+        let change = FeatureKeyMap().change(from: [], to: session.features, options: session.keyMapOptions)
+        try session.recordSnapshot(of: change.write.keys) { key throws(SettingsBackendError) in try backend.userValue(of: key) }
+        return (session, session.settingChanges(for: change))
+    }
+
+    @Test func theJournalKnowsTheSnapshotBeforeTheSettingsChange() throws {
+        let backend = MemorySettingsBackend(values: [.magFactor: .double(4.0)])
+        let (session, changes) = try started(snapshotting: backend)
+        let empty = JournalState(session: nil, restrictions: [])
+        try journal.applyJournaled(changes, to: backend, state: JournalState(session: session, restrictions: []), previous: empty)
+        #expect(try journal.load()?.session?.snapshot[.magFactor] == .set(.double(4.0)))
+        #expect(try journal.load()?.session?.snapshot[.invertLightness] == .unset)
+        #expect(try backend.userValue(of: .invertLightness) == .bool(true))
+    }
+
+    @Test func aFailedWriteIsBackendFailedAndPutsTheJournalBack() throws {
+        let backend = MemorySettingsBackend()
+        let (session, changes) = try started(snapshotting: backend)
+        let empty = JournalState(session: nil, restrictions: [])
+        backend.failNextApply()
+        #expect(throws: GuidedAccessError.backendFailed("memory backend: injected failure")) {
+            try journal.applyJournaled(changes, to: backend, state: JournalState(session: session, restrictions: []), previous: empty)
+        }
+        #expect(try journal.load() == empty)
+        #expect(backend.values.isEmpty)
+    }
+
+    @Test func aJournalThatCannotBeWrittenStopsTheSettingsWrite() throws {
+        let backend = MemorySettingsBackend()
+        let (session, changes) = try started(snapshotting: backend)
+        let unwritable = SessionJournal(directory: "/proc/guidedaccess-no-such-dir")
+        #expect(throws: GuidedAccessError.self) {
+            try unwritable.applyJournaled(
+                changes, to: backend, state: JournalState(session: session, restrictions: []),
+                previous: JournalState(session: nil, restrictions: []))
+        }
+        #expect(backend.appliedCount == 0)
+    }
+}
