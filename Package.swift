@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "DBus", targets: ["DBus"]),
         .library(name: "GuidedAccessCore", targets: ["GuidedAccessCore"]),
+        .library(name: "GSettingsBackend", targets: ["GSettingsBackend"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -28,6 +29,12 @@ let package = Package(
         // The domain: features, the key map, sessions, restrictions, the journal.
         // Imports neither libdbus nor GLib.
         .target(name: "GuidedAccessCore"),
+
+        // User mode: the mapped keys in the user's own GSettings (dconf).
+        .target(name: "GSettingsBackend", dependencies: ["CGio", "GuidedAccessCore"]),
+        // Runs GSettingsBackend in its own process, so tests can give GLib a
+        // private bus and config dirs before it reads its environment.
+        .executableTarget(name: "gsettings-backend-probe", dependencies: ["GSettingsBackend"]),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
     ],
