@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "DBus", targets: ["DBus"]),
         .library(name: "GuidedAccessCore", targets: ["GuidedAccessCore"]),
         .library(name: "GSettingsBackend", targets: ["GSettingsBackend"]),
+        .library(name: "KeyFile", targets: ["KeyFile"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -36,7 +37,11 @@ let package = Package(
         // private bus and config dirs before it reads its environment.
         .executableTarget(name: "gsettings-backend-probe", dependencies: ["GSettingsBackend"]),
 
+        // GLib's GKeyFile for the service's configuration files and drop-ins.
+        .target(name: "KeyFile", dependencies: ["CGio"]),
+
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
+        .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
     ],
     swiftLanguageModes: [.v6]
 )
