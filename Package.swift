@@ -41,6 +41,9 @@ let package = Package(
         .target(name: "KeyFile", dependencies: ["CGio"]),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
+        .testTarget(
+            name: "GSettingsBackendTests",
+            dependencies: ["GSettingsBackend", "gsettings-backend-probe"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
     ],
     swiftLanguageModes: [.v6]
