@@ -10,6 +10,7 @@
 //   validate SCHEMA KEY VALUE      → `ok` or an error line
 //   availability SCHEMA KEY VALUE  → available, missingSchema, missingKey, wrongType(expected: T)
 //   time-set SCHEMA KEY VALUE N    → N applies of one value: `p50 … p90 … max …` in µs
+//   memory                         → VmRSS and RssAnon of this process, from /proc/self/status
 // VALUE is GVariant text: true, false, a number (a double), or a 'string'.
 // Error lines read `error KIND: MESSAGE`. Exits 2 on a malformed command.
 import Glibc
@@ -102,6 +103,19 @@ for command in CommandLine.arguments.dropFirst() {
             func at(_ q: Double) -> Int { Int(micros[min(micros.count - 1, Int(Double(micros.count) * q))]) }
             return "p50 \(at(0.5)) p90 \(at(0.9)) max \(Int(micros.last!)) µs over \(count)"
         }
+    case "memory":
+        var lines: [String] = []
+        if let status = fopen("/proc/self/status", "r") {
+            var buffer = [CChar](repeating: 0, count: 256)
+            while fgets(&buffer, Int32(buffer.count), status) != nil {
+                let line = String(cString: buffer)
+                if line.hasPrefix("VmRSS:") || line.hasPrefix("RssAnon:") {
+                    lines.append(line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).joined(separator: " "))
+                }
+            }
+            fclose(status)
+        }
+        print(lines.joined(separator: ", "))
     default:
         fail("unknown command \(verb)")
     }
