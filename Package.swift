@@ -7,6 +7,8 @@ let package = Package(
     products: [
         .library(name: "DBus", targets: ["DBus"]),
         .library(name: "GuidedAccessCore", targets: ["GuidedAccessCore"]),
+        .library(name: "GSettingsBackend", targets: ["GSettingsBackend"]),
+        .library(name: "KeyFile", targets: ["KeyFile"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -31,6 +33,15 @@ let package = Package(
         // Imports neither libdbus nor GLib.
         .target(name: "GuidedAccessCore"),
 
+        // User mode: the mapped keys in the user's own GSettings (dconf).
+        .target(name: "GSettingsBackend", dependencies: ["CGio", "GuidedAccessCore"]),
+        // Runs GSettingsBackend in its own process, so tests can give GLib a
+        // private bus and config dirs before it reads its environment.
+        .executableTarget(name: "gsettings-backend-probe", dependencies: ["GSettingsBackend"]),
+
+        // GLib's GKeyFile for the service's configuration files and drop-ins.
+        .target(name: "KeyFile", dependencies: ["CGio"]),
+
         // A test object served through the DBus layer, for the integration
         // tests, the demo and the benchmark.
         .executableTarget(
@@ -39,6 +50,10 @@ let package = Package(
 
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "GuidedAccessCoreTests", dependencies: ["GuidedAccessCore"]),
+        .testTarget(
+            name: "GSettingsBackendTests",
+            dependencies: ["GSettingsBackend", "gsettings-backend-probe"]),
+        .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
     ],
     swiftLanguageModes: [.v6]
 )

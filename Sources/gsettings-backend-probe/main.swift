@@ -1,0 +1,122 @@
+// Runs GSettingsBackend in a process of its own, so a test can hand GLib a
+// private session bus and private config dirs through the environment.
+//
+// Each argument is one command; one output line per command:
+//   get SCHEMA KEY                 → the user value in GVariant text, or `unset`
+//   set SCHEMA KEY VALUE           → applies one value: `ok` or an error line
+//   reset SCHEMA KEY               → applies one reset
+//   stage SCHEMA KEY VALUE|-       → adds a value (or a reset, `-`) to a batch
+//   apply                          → applies the staged batch at once
+//   validate SCHEMA KEY VALUE      → `ok` or an error line
+//   availability SCHEMA KEY VALUE  → available, missingSchema, missingKey, wrongType(expected: T)
+//   time-set SCHEMA KEY VALUE N    → N applies of one value: `p50 … p90 … max …` in µs
+//   memory                         → VmRSS and RssAnon of this process, from /proc/self/status
+// VALUE is GVariant text: true, false, a number (a double), or a 'string'.
+// Error lines read `error KIND: MESSAGE`. Exits 2 on a malformed command.
+import Glibc
+import GSettingsBackend
+import GuidedAccessCore
+
+func fail(_ message: String) -> Never {
+    print("usage error: \(message)")
+    exit(2)
+}
+
+func parseValue(_ text: String) -> SettingValue? {
+    switch text {
+    case "true": return .bool(true)
+    case "false": return .bool(false)
+    default: break
+    }
+    if text.count >= 2, text.hasPrefix("'"), text.hasSuffix("'") {
+        var result = ""
+        var escaping = false
+        for c in text.dropFirst().dropLast() {
+            if !escaping && c == "\\" { escaping = true; continue }
+            escaping = false
+            result.append(c)
+        }
+        return .string(result)
+    }
+    return Double(text).map(SettingValue.double)
+}
+
+func errorLine(_ error: SettingsBackendError) -> String {
+    "error \(error.kind): \(error.message)"
+}
+
+let backend = GSettingsBackend()
+var staged: [SettingKey: SettingValue?] = [:]
+
+for command in CommandLine.arguments.dropFirst() {
+    let words = command.split(separator: " ", maxSplits: 3).map(String.init)
+    guard let verb = words.first else { fail("empty command") }
+    func key() -> SettingKey {
+        guard words.count >= 3 else { fail("\(verb) needs SCHEMA KEY") }
+        return SettingKey(schema: words[1], key: words[2])
+    }
+    func value() -> SettingValue {
+        guard words.count >= 4 else { fail("\(verb) needs a VALUE") }
+        guard let value = parseValue(words[3]) else { fail("not a value: \(words[3])") }
+        return value
+    }
+    func run(_ body: () throws(SettingsBackendError) -> String) {
+        do throws(SettingsBackendError) {
+            print(try body())
+        } catch {
+            print(errorLine(error))
+        }
+    }
+    switch verb {
+    case "get":
+        run { () throws(SettingsBackendError) in try backend.userValue(of: key())?.gvariantText ?? "unset" }
+    case "set":
+        run { () throws(SettingsBackendError) in try backend.apply([key(): value()]); return "ok" }
+    case "reset":
+        run { () throws(SettingsBackendError) in try backend.apply([key(): SettingValue?.none] as [SettingKey: SettingValue?]); return "ok" }
+    case "stage":
+        let change: SettingValue? = words.count >= 4 && words[3] == "-" ? nil : value()
+        staged.updateValue(change, forKey: key())
+        print("ok")
+    case "apply":
+        run { () throws(SettingsBackendError) in try backend.apply(staged); staged = [:]; return "ok" }
+    case "validate":
+        run { () throws(SettingsBackendError) in try backend.validate(value(), for: key()); return "ok" }
+    case "availability":
+        print(backend.availability(of: key(), for: value()))
+    case "time-set":
+        let parts = words.count >= 4 ? words[3].split(separator: " ").map(String.init) : []
+        guard parts.count == 2, let value = parseValue(parts[0]), let count = Int(parts[1]), count > 0 else {
+            fail("time-set needs SCHEMA KEY VALUE N")
+        }
+        let k = key()
+        var micros: [Double] = []
+        let clock = ContinuousClock()
+        run { () throws(SettingsBackendError) in
+            for _ in 0..<count {
+                let start = clock.now
+                try backend.apply([k: value])
+                let elapsed = clock.now - start
+                micros.append(Double(elapsed.components.seconds) * 1e6 + Double(elapsed.components.attoseconds) / 1e12)
+            }
+            micros.sort()
+            func at(_ q: Double) -> Int { Int(micros[min(micros.count - 1, Int(Double(micros.count) * q))]) }
+            return "p50 \(at(0.5)) p90 \(at(0.9)) max \(Int(micros.last!)) µs over \(count)"
+        }
+    case "memory":
+        var lines: [String] = []
+        if let status = fopen("/proc/self/status", "r") {
+            var buffer = [CChar](repeating: 0, count: 256)
+            while fgets(&buffer, Int32(buffer.count), status) != nil {
+                let line = String(cString: buffer)
+                if line.hasPrefix("VmRSS:") || line.hasPrefix("RssAnon:") {
+                    lines.append(line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).joined(separator: " "))
+                }
+            }
+            fclose(status)
+        }
+        print(lines.joined(separator: ", "))
+    default:
+        fail("unknown command \(verb)")
+    }
+}

@@ -1,0 +1,194 @@
+import Foundation
+import GSettingsBackend
+import GuidedAccessCore
+import Testing
+
+let magnifier = "org.gnome.desktop.a11y.magnifier"
+let applications = "org.gnome.desktop.a11y.applications"
+let interface = "org.gnome.desktop.interface"
+
+/// Checks that need only the installed schemas: they never create a GSettings
+/// object, so they run in this process without a bus.
+@Suite struct SchemaChecks {
+    let backend = GSettingsBackend()
+
+    @Test func nameIsGsettings() {
+        #expect(backend.name == "gsettings")
+    }
+
+    @Test func mappedKeyIsAvailable() {
+        #expect(backend.availability(of: SettingKey(schema: magnifier, key: "mag-factor"), for: .double(2)) == .available)
+        #expect(
+            backend.availability(of: SettingKey(schema: magnifier, key: "screen-position"), for: .string("full-screen"))
+                == .available)
+    }
+
+    @Test func unknownSchemaIsMissingSchemaWithoutCrashing() throws {
+        let key = SettingKey(schema: "org.example.no-such-schema", key: "enabled")
+        #expect(backend.availability(of: key, for: .bool(true)) == .missingSchema)
+        let error = #expect(throws: SettingsBackendError.self) { try backend.validate(.bool(true), for: key) }
+        #expect(error?.kind == .unsupported)
+        #expect(error?.message.contains("org.example.no-such-schema") == true)
+        #expect(throws: SettingsBackendError.self) { try backend.userValue(of: key) }
+        #expect(throws: SettingsBackendError.self) { try backend.apply([key: .bool(true)]) }
+    }
+
+    @Test func reducedMotionIsMissingKeyOnGnome43() throws {
+        let key = SettingKey(schema: "org.gnome.desktop.a11y.interface", key: "reduced-motion")
+        #expect(backend.availability(of: key, for: .string("reduce")) == .missingKey)
+        let error = #expect(throws: SettingsBackendError.self) { try backend.validate(.string("reduce"), for: key) }
+        #expect(error?.kind == .unsupported)
+        #expect(error?.message.contains("org.gnome.desktop.a11y.interface reduced-motion") == true)
+    }
+
+    @Test func valueOfAnotherTypeIsWrongType() throws {
+        let key = SettingKey(schema: magnifier, key: "mag-factor")
+        #expect(backend.availability(of: key, for: .bool(true)) == .wrongType(expected: "d"))
+        let error = #expect(throws: SettingsBackendError.self) { try backend.validate(.string("2"), for: key) }
+        #expect(error?.kind == .unsupported)
+    }
+
+    @Test func magFactor40IsOutOfRange() throws {
+        let error = #expect(throws: SettingsBackendError.self) {
+            try backend.validate(.double(40), for: SettingKey(schema: magnifier, key: "mag-factor"))
+        }
+        #expect(error?.kind == .outOfRange)
+        #expect(error?.message == "org.gnome.desktop.a11y.magnifier mag-factor 40.0 is out of range")
+    }
+
+    @Test func nanIsOutOfRange() throws {
+        let error = #expect(throws: SettingsBackendError.self) {
+            try backend.validate(.double(.nan), for: SettingKey(schema: magnifier, key: "mag-factor"))
+        }
+        #expect(error?.kind == .outOfRange)
+    }
+
+    @Test func unknownEnumNickIsOutOfRange() throws {
+        let key = SettingKey(schema: magnifier, key: "screen-position")
+        let error = #expect(throws: SettingsBackendError.self) { try backend.validate(.string("bogus"), for: key) }
+        #expect(error?.kind == .outOfRange)
+        #expect(error?.message == "org.gnome.desktop.a11y.magnifier screen-position 'bogus' is out of range")
+        try backend.validate(.string("full-screen"), for: key)
+    }
+
+    @Test func valuesInRangeValidate() throws {
+        try backend.validate(.double(32), for: SettingKey(schema: magnifier, key: "mag-factor"))
+        try backend.validate(.double(0), for: SettingKey(schema: magnifier, key: "color-saturation"))
+        try backend.validate(.bool(true), for: SettingKey(schema: applications, key: "screen-reader-enabled"))
+    }
+}
+
+/// Reads and writes through real dconf on a private bus, with the backend in
+/// the probe process and cross-checks by `gsettings` and `dconf`.
+@Suite struct RealDconf {
+    @Test func appliedValueIsVisibleToAnotherProcessWhenApplyReturns() throws {
+        let dconf = try PrivateDconf()
+        #expect(try dconf.probe("set \(magnifier) mag-factor 3.5") == ["ok"])
+        #expect(try dconf.gsettingsGet(magnifier, "mag-factor") == "3.5")
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/mag-factor") == "3.5")
+    }
+
+    @Test func enumKeyIsWrittenAsItsNick() throws {
+        let dconf = try PrivateDconf()
+        #expect(
+            try dconf.probe("set \(magnifier) screen-position 'top-half'", "get \(magnifier) screen-position")
+                == ["ok", "'top-half'"])
+        #expect(try dconf.gsettingsGet(magnifier, "screen-position") == "'top-half'")
+    }
+
+    @Test func unsetKeyHasNoUserValue() throws {
+        let dconf = try PrivateDconf()
+        #expect(try dconf.probe("get \(magnifier) mag-factor") == ["unset"])
+    }
+
+    @Test func userValueReadsWhatAnotherProcessWrote() throws {
+        let dconf = try PrivateDconf()
+        #expect(try dconf.run("/usr/bin/gsettings", ["set", applications, "screen-reader-enabled", "true"]).status == 0)
+        #expect(try dconf.probe("get \(applications) screen-reader-enabled") == ["true"])
+    }
+
+    @Test func resetLeavesTheKeyUnset() throws {
+        let dconf = try PrivateDconf()
+        #expect(try dconf.probe("set \(magnifier) invert-lightness true") == ["ok"])
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/invert-lightness") == "true")
+        #expect(try dconf.probe("reset \(magnifier) invert-lightness", "get \(magnifier) invert-lightness") == ["ok", "unset"])
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/invert-lightness") == "")
+        #expect(try dconf.gsettingsGet(magnifier, "invert-lightness") == "false")
+    }
+
+    @Test func batchAppliesValuesAndResetsAcrossSchemas() throws {
+        let dconf = try PrivateDconf()
+        #expect(try dconf.probe("set \(magnifier) color-saturation 0.5") == ["ok"])
+        let lines = try dconf.probe(
+            "stage \(applications) screen-magnifier-enabled true",
+            "stage \(magnifier) mag-factor 1.0",
+            "stage \(magnifier) invert-lightness true",
+            "stage \(magnifier) color-saturation -",
+            "stage \(interface) text-scaling-factor 1.5",
+            "apply")
+        #expect(lines == ["ok", "ok", "ok", "ok", "ok", "ok"])
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/applications/screen-magnifier-enabled") == "true")
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/mag-factor") == "1.0")
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/invert-lightness") == "true")
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/color-saturation") == "")
+        #expect(try dconf.dconfRead("/org/gnome/desktop/interface/text-scaling-factor") == "1.5")
+    }
+
+    @Test func batchWithAValueOutOfRangeWritesNothing() throws {
+        let dconf = try PrivateDconf()
+        let lines = try dconf.probe(
+            "stage \(magnifier) invert-lightness true",
+            "stage \(magnifier) mag-factor 40.0",
+            "apply")
+        #expect(lines == ["ok", "ok", "error outOfRange: org.gnome.desktop.a11y.magnifier mag-factor 40.0 is out of range"])
+        #expect(try dconf.run("/usr/bin/dconf", ["dump", "/"]).stdout == "")
+    }
+
+    @Test func unknownSchemaIsRefusedWithoutCrashingTheProcess() throws {
+        let dconf = try PrivateDconf()
+        let lines = try dconf.probe(
+            "availability org.example.none enabled true",
+            "set org.example.none enabled true",
+            "get org.example.none enabled",
+            "availability org.gnome.desktop.a11y.interface reduced-motion 'reduce'",
+            "set org.gnome.desktop.a11y.interface reduced-motion 'reduce'")
+        #expect(lines.count == 5)
+        #expect(lines[0] == "missingSchema")
+        #expect(lines[1].hasPrefix("error unsupported: org.example.none"))
+        #expect(lines[2].hasPrefix("error unsupported: org.example.none"))
+        #expect(lines[3] == "missingKey")
+        #expect(lines[4].hasPrefix("error unsupported: org.gnome.desktop.a11y.interface reduced-motion"))
+    }
+
+    @Test func lockedKeyIsRefusedAndTheBatchIsNotWritten() throws {
+        let dconf = try PrivateDconf()
+        // A file-db with a lock, as system mode makes them (`dconf update DIR`).
+        let db = dconf.root + "/db"
+        try FileManager.default.createDirectory(atPath: db + "/site.d/locks", withIntermediateDirectories: true)
+        try "[org/gnome/desktop/a11y/magnifier]\nmag-factor=6.0\n"
+            .write(toFile: db + "/site.d/10-site", atomically: true, encoding: .utf8)
+        try "/org/gnome/desktop/a11y/magnifier/mag-factor\n"
+            .write(toFile: db + "/site.d/locks/site", atomically: true, encoding: .utf8)
+        #expect(try dconf.run("/usr/bin/dconf", ["update", db]).status == 0)
+        try "user-db:user\nfile-db:\(db)/site\n".write(toFile: dconf.root + "/profile", atomically: true, encoding: .utf8)
+        let profile = ["DCONF_PROFILE": dconf.root + "/profile"]
+
+        let lines = try dconf.probe(
+            "stage \(magnifier) invert-lightness true",
+            "stage \(magnifier) mag-factor 3.0",
+            "apply",
+            extra: profile)
+        #expect(lines.last == "error writeFailed: org.gnome.desktop.a11y.magnifier mag-factor is not writable (locked)")
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/invert-lightness") == "")
+        #expect(try dconf.run("/usr/bin/gsettings", ["get", magnifier, "mag-factor"], extra: profile).stdout == "6.0\n")
+    }
+
+    @Test func writeWithoutDconfServiceIsAWriteFailure() throws {
+        let dconf = try PrivateDconf()
+        let lines = try dconf.probe(
+            "set \(magnifier) mag-factor 4.0",
+            extra: ["DBUS_SESSION_BUS_ADDRESS": "unix:path=\(dconf.root)/no-bus"])
+        #expect(lines.count == 1)
+        #expect(lines.first?.hasPrefix("error writeFailed: org.gnome.desktop.a11y.magnifier mag-factor 4.0") == true)
+    }
+}
