@@ -119,6 +119,9 @@ public actor Connection {
     /// bus had gone.
     public func close() {
         guard isConnected else { return }
+        // Replies already queued (e.g. to the call that asked us to quit)
+        // are written before the connection goes.
+        dbus_connection_flush(raw)
         dbus_connection_close(raw)
     }
 

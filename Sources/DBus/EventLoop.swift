@@ -3,11 +3,12 @@ import Glibc
 import Synchronization
 
 /// A single-threaded event loop over epoll that is also a Swift
-/// `SerialExecutor`: the connection actor and the actors of a service that
-/// share it run their jobs on its thread, between waits for file
-/// descriptors. It never wakes without cause: it sleeps in `epoll_wait`
+/// `SerialExecutor` and `TaskExecutor`: the connection actor, the actors of
+/// a service that share it, and the nonisolated code of tasks that prefer it
+/// (method handlers) all run on its thread, in the order they were
+/// enqueued, between waits for file descriptors. It never wakes without cause: it sleeps in `epoll_wait`
 /// with no timeout until a descriptor is ready or work is enqueued.
-public final class EventLoop: SerialExecutor, @unchecked Sendable {
+public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
     /// Identifies a registered descriptor.
     public struct SourceToken: Hashable, Sendable {
         let value: UInt64
@@ -81,6 +82,7 @@ public final class EventLoop: SerialExecutor, @unchecked Sendable {
         thread.store(UInt(pthread_self()), ordering: .releasing)
         var events = [epoll_event](repeating: epoll_event(), count: 32)
         let executor = asUnownedSerialExecutor()
+        let taskExecutor = asUnownedTaskExecutor()
         while true {
             let batch: [Work]? = shared.withLock { s in
                 if s.stopping { return nil }
@@ -91,7 +93,7 @@ public final class EventLoop: SerialExecutor, @unchecked Sendable {
             guard let batch else { break }
             for item in batch {
                 switch item {
-                case .job(let job): job.runSynchronously(on: executor)
+                case .job(let job): job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
                 case .callback(let body): body()
                 }
             }
@@ -171,6 +173,10 @@ public final class EventLoop: SerialExecutor, @unchecked Sendable {
         UnownedSerialExecutor(ordinary: self)
     }
 
+    public func asUnownedTaskExecutor() -> UnownedTaskExecutor {
+        UnownedTaskExecutor(ordinary: self)
+    }
+
     public func checkIsolated() {
         precondition(isCurrent, "not on the event loop's thread")
     }
@@ -219,23 +225,42 @@ public final class EventLoop: SerialExecutor, @unchecked Sendable {
     }
 }
 
+/// The write end of the pipe the signal handler writes signal numbers to.
+/// Written once before the handler is installed; read only by the handler.
+nonisolated(unsafe) private var signalPipeWriteFD: Int32 = -1
+
 extension EventLoop {
     /// Delivers the given signals (SIGTERM, SIGINT, …) to `handler` on the
-    /// loop's thread through a signalfd, instead of as asynchronous signals.
-    /// Blocks them in the calling thread; call it from the main thread before
-    /// other threads start so that they inherit the mask.
+    /// loop's thread. The signal handler only writes the signal's number to a
+    /// pipe the loop watches (async-signal-safe), so this works whatever
+    /// thread the kernel picks and whatever the threads' signal masks are.
+    /// One set of signals per process.
     public func handleSignals(_ signals: [Int32], handler: @escaping @Sendable (Int32) -> Void) {
-        var mask = sigset_t()
-        sigemptyset(&mask)
-        for signal in signals { sigaddset(&mask, signal) }
-        pthread_sigmask(SIG_BLOCK, &mask, nil)
-        let fd = signalfd(-1, &mask, Int32(SFD_NONBLOCK | SFD_CLOEXEC))
-        precondition(fd >= 0, "signalfd failed: errno \(errno)")
-        _ = addSource(fd: fd, events: EPOLLIN.rawValue) { _ in
-            var info = signalfd_siginfo()
-            while read(fd, &info, MemoryLayout<signalfd_siginfo>.size) == MemoryLayout<signalfd_siginfo>.size {
-                handler(Int32(info.ssi_signo))
+        var fds: [Int32] = [0, 0]
+        precondition(pipe(&fds) == 0, "pipe failed: errno \(errno)")
+        for fd in fds {
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        }
+        let readFD = fds[0]
+        signalPipeWriteFD = fds[1]
+        _ = addSource(fd: readFD, events: EPOLLIN.rawValue) { _ in
+            var numbers = [UInt8](repeating: 0, count: 64)
+            while true {
+                let n = read(readFD, &numbers, numbers.count)
+                guard n > 0 else { break }
+                for number in numbers[0..<n] { handler(Int32(number)) }
             }
+        }
+        for signal in signals {
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { signal in
+                var byte = UInt8(truncatingIfNeeded: signal)
+                _ = write(signalPipeWriteFD, &byte, 1)
+            }
+            action.sa_flags = SA_RESTART
+            sigemptyset(&action.sa_mask)
+            sigaction(signal, &action, nil)
         }
     }
 }

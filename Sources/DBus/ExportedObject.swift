@@ -90,7 +90,7 @@ extension Connection {
             reply(to: message, error: .unknownObject("the call has no valid object path"))
             return
         }
-        guard let object = objects[path] else {
+        guard objects[path] != nil else {
             let member = message.member ?? ""
             let interface = message.interface ?? StandardInterface.introspectable
             let children = childNodes(of: path)
@@ -103,18 +103,28 @@ extension Connection {
             }
             return
         }
-        // Each call runs as its own task on this executor: a handler that
-        // awaits another service does not hold up the calls behind it.
-        Task {
-            do {
-                let values = try await invoke(message, on: object)
-                reply(to: message, values: values)
-            } catch let error as DBusError {
-                reply(to: message, error: error)
-            } catch {
-                logger.error("\(message.interface ?? "").\(message.member ?? "") failed: \(error)")
-                reply(to: message, error: .failed(String(describing: error)))
-            }
+        // Each call runs as its own task on the loop: a handler that awaits
+        // another service does not hold up the calls behind it, and the
+        // executor preference keeps nonisolated handler code on the loop's
+        // thread too (no hop to the global pool, calls start in order).
+        Task(executorPreference: loop) { [self] in
+            await execute(message, at: path)
+        }
+    }
+
+    private func execute(_ message: Message, at path: ObjectPath) async {
+        guard let object = objects[path] else {
+            reply(to: message, error: .unknownObject("no object at path \(path)"))
+            return
+        }
+        do {
+            let values = try await invoke(message, on: object)
+            reply(to: message, values: values)
+        } catch let error as DBusError {
+            reply(to: message, error: error)
+        } catch {
+            logger.error("\(message.interface ?? "").\(message.member ?? "") failed: \(error)")
+            reply(to: message, error: .failed(String(describing: error)))
         }
     }
 

@@ -165,6 +165,20 @@ public final class Message: @unchecked Sendable {
     /// Parses and validates a message in wire format, as libdbus does for
     /// every message that arrives from a bus.
     public static func demarshal(_ bytes: [UInt8]) throws(DBusError) -> Message {
+        // libdbus reports a truncated buffer as out of memory: check the
+        // length the header announces first.
+        guard bytes.count >= 16 else {
+            throw .invalidArgs("truncated message: \(bytes.count) bytes, shorter than the 16-byte header")
+        }
+        let needed = bytes.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) {
+                dbus_message_demarshal_bytes_needed($0.baseAddress, Int32($0.count))
+            }
+        }
+        guard needed >= 0 else { throw .invalidArgs("not a D-Bus message: invalid header") }
+        guard Int(needed) <= bytes.count else {
+            throw .invalidArgs("truncated message: \(bytes.count) of \(needed) bytes")
+        }
         var error = CDBus.DBusError()
         dbus_error_init(&error)
         defer { dbus_error_free(&error) }

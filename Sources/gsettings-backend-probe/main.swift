@@ -108,7 +108,7 @@ for command in CommandLine.arguments.dropFirst() {
         if let status = fopen("/proc/self/status", "r") {
             var buffer = [CChar](repeating: 0, count: 256)
             while fgets(&buffer, Int32(buffer.count), status) != nil {
-                let line = String(cString: buffer)
+                let line = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
                 if line.hasPrefix("VmRSS:") || line.hasPrefix("RssAnon:") {
                     lines.append(line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).joined(separator: " "))
                 }
