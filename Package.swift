@@ -48,6 +48,9 @@ let package = Package(
             name: "dbus-test-service",
             dependencies: ["DBus", .product(name: "Logging", package: "swift-log")]),
 
+        // Benchmarks: run through scripts/bench-*.
+        .executableTarget(name: "dbus-call-rate", dependencies: ["DBus"], path: "Benchmarks/dbus-call-rate"),
+
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "GuidedAccessCoreTests", dependencies: ["GuidedAccessCore"]),
         .testTarget(

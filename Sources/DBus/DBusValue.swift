@@ -100,7 +100,8 @@ public indirect enum DBusValue: Hashable, Sendable {
         default:
             break
         }
-        if depth == 0 {
+        // Containers: check the spec's limits on the whole signature once.
+        if depth == 0, !type.isBasic {
             _ = try DBusType.parse(signature: type.signature)
         }
     }

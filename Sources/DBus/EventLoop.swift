@@ -84,24 +84,36 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         let executor = asUnownedSerialExecutor()
         let taskExecutor = asUnownedTaskExecutor()
         while true {
-            let batch: [Work]? = shared.withLock { s in
-                if s.stopping { return nil }
-                let w = s.work
-                s.work.removeAll(keepingCapacity: true)
-                return w
-            }
-            guard let batch else { break }
-            for item in batch {
-                switch item {
-                case .job(let job): job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
-                case .callback(let body): body()
+            // Run queued work until none is left (work may queue more, e.g. a
+            // dispatch that starts a handler task), but poll for I/O after a
+            // bounded number of rounds so descriptors are not starved.
+            var idle = false
+            var stopping = false
+            for _ in 0..<16 {
+                let batch: [Work]? = shared.withLock { s in
+                    if s.stopping { return nil }
+                    let w = s.work
+                    s.work.removeAll(keepingCapacity: true)
+                    return w
                 }
+                guard let batch else {
+                    stopping = true
+                    break
+                }
+                for item in batch {
+                    switch item {
+                    case .job(let job): job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
+                    case .callback(let body): body()
+                    }
+                }
+                idle = shared.withLock { s in
+                    let idle = s.work.isEmpty && !s.stopping
+                    s.sleeping = idle
+                    return idle
+                }
+                if idle { break }
             }
-            let idle = shared.withLock { s in
-                let idle = s.work.isEmpty && !s.stopping
-                s.sleeping = idle
-                return idle
-            }
+            if stopping { break }
             let count = events.withUnsafeMutableBufferPointer {
                 epoll_wait(epollFD, $0.baseAddress, Int32($0.count), idle ? -1 : 0)
             }

@@ -116,9 +116,11 @@ public final class Message: @unchecked Sendable {
     /// value leaves the message unchanged.
     public func append(_ values: [DBusValue]) throws(DBusError) {
         for value in values { try value.validate() }
-        let total = signature + values.map(\.type.signature).joined()
-        guard total.utf8.count <= 255 else {
-            throw .invalidArgs("message signature '\(total)' is longer than 255 bytes")
+        if values.count > 1 || !(values.first?.type.isBasic ?? true) {
+            let total = signature + values.map(\.type.signature).joined()
+            guard total.utf8.count <= 255 else {
+                throw .invalidArgs("message signature '\(total)' is longer than 255 bytes")
+            }
         }
         var iter = DBusMessageIter()
         dbus_message_iter_init_append(raw, &iter)

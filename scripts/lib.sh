@@ -1,0 +1,25 @@
+# Shared shell helpers for the project's scripts. Source it; do not run it.
+
+repo_root() { cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd; }
+
+# start_private_bus DIR [TYPE]: a dbus-daemon of our own on DIR/bus, with a
+# policy that admits any user; sets BUS_ADDRESS and BUS_PID.
+start_private_bus() {
+    local dir=$1 type=${2:-session}
+    sed -e "s|@TYPE@|$type|" -e "s|@SOCKET@|$dir/bus|" "$(repo_root)/Tests/integration/bus.conf.in" > "$dir/bus.conf"
+    local out
+    out=$(dbus-daemon --config-file="$dir/bus.conf" --fork --print-address=1 --print-pid=1)
+    BUS_ADDRESS=$(sed -n 1p <<<"$out")
+    BUS_PID=$(sed -n 2p <<<"$out")
+}
+
+# wait_for_line FILE PATTERN SECONDS
+wait_for_line() {
+    local file=$1 pattern=$2 seconds=$3 i
+    for ((i = 0; i < seconds * 20; i++)); do
+        grep -q "$pattern" "$file" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "timed out waiting for '$pattern' in $file" >&2
+    return 1
+}
