@@ -29,6 +29,8 @@ public actor Connection {
     /// Our unique name on the bus (":1.42").
     public nonisolated let uniqueName: String
     public nonisolated let bus: Bus
+    /// The loop was started for this connection alone and stops with it.
+    nonisolated let ownsLoop: Bool
     nonisolated let handle: UnsafeHandle
     nonisolated let integration: MainLoopIntegration
     let logger: Logger
@@ -76,13 +78,16 @@ public actor Connection {
         // We handle Disconnected ourselves and exit cleanly.
         dbus_connection_set_exit_on_disconnect(raw, 0)
         let name = dbus_bus_get_unique_name(raw).map { String(cString: $0) } ?? ""
-        let connection = Connection(handle: UnsafeHandle(pointer: raw), bus: bus, uniqueName: name, loop: loop ?? EventLoop.spawn(), logger: logger)
+        let connection = Connection(
+            handle: UnsafeHandle(pointer: raw), bus: bus, uniqueName: name, loop: loop ?? EventLoop.spawn(),
+            ownsLoop: loop == nil, logger: logger)
         await connection.start()
         return connection
     }
 
-    private init(handle: UnsafeHandle, bus: Bus, uniqueName: String, loop: EventLoop, logger: Logger) {
+    private init(handle: UnsafeHandle, bus: Bus, uniqueName: String, loop: EventLoop, ownsLoop: Bool, logger: Logger) {
         self.handle = handle
+        self.ownsLoop = ownsLoop
         self.bus = bus
         self.uniqueName = uniqueName
         self.loop = loop
@@ -113,6 +118,9 @@ public actor Connection {
         }
         dbus_connection_close(handle.pointer)
         dbus_connection_unref(handle.pointer)
+        // A loop thread of our own would otherwise outlive us (and keep a
+        // process whose main thread has exited alive).
+        if ownsLoop { loop.stop() }
     }
 
     /// Closes the connection; `Disconnected` handling then runs as if the
