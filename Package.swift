@@ -42,6 +42,17 @@ let package = Package(
         // GLib's GKeyFile for the service's configuration files and drop-ins.
         .target(name: "KeyFile", dependencies: ["CGio"]),
 
+        // The org.guidedaccess.GuidedAccess1 service on the DBus layer.
+        .target(
+            name: "GuidedAccessService",
+            dependencies: ["DBus", "GuidedAccessCore", .product(name: "Logging", package: "swift-log")]),
+        .executableTarget(
+            name: "guidedaccessd",
+            dependencies: [
+                "GuidedAccessService", "GSettingsBackend", "KeyFile", "DBus", "GuidedAccessCore",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+
         // A test object served through the DBus layer, for the integration
         // tests, the demo and the benchmark.
         .executableTarget(

@@ -54,3 +54,9 @@ public struct DBusError: Error, Hashable, Sendable, CustomStringConvertible {
         DBusError(name: prefix + "Timeout", message: message)
     }
 }
+
+/// An error of a service's own that a handler may throw: it reaches the
+/// caller as the D-Bus error it converts to.
+public protocol DBusErrorConvertible: Error {
+    var dbusError: DBusError { get }
+}

@@ -122,6 +122,8 @@ extension Connection {
             reply(to: message, values: values)
         } catch let error as DBusError {
             reply(to: message, error: error)
+        } catch let error as DBusErrorConvertible {
+            reply(to: message, error: error.dbusError)
         } catch {
             logger.error("\(message.interface ?? "").\(message.member ?? "") failed: \(error)")
             reply(to: message, error: .failed(String(describing: error)))

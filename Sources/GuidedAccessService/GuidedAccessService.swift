@@ -1,0 +1,525 @@
+import DBus
+import Glibc
+import GuidedAccessCore
+import Logging
+
+/// The `org.guidedaccess.GuidedAccess1` service: sessions, features and
+/// restrictions over a settings backend, crash-safe through the journal.
+///
+/// It runs on the connection's executor (one serial executor for the bus and
+/// all service state). Every handler has one shape: read arguments → validate
+/// → authorize → change state (journal first, then settings) → announce
+/// property changes and signals → reply.
+public actor GuidedAccessService {
+    public static let busName = "org.guidedaccess.GuidedAccess1"
+    public static let path: ObjectPath = "/org/guidedaccess/GuidedAccess1"
+    public static let interfaceName = "org.guidedaccess.GuidedAccess1"
+    public static let version = "0.1.0"
+
+    public struct Settings: Sendable {
+        public var mode: ServiceMode
+        public var policy: AccessPolicy
+        public var defaults: SessionDefaults
+        public var journal: SessionJournal
+        public var authority: any Authority
+
+        public init(
+            mode: ServiceMode, policy: AccessPolicy, defaults: SessionDefaults, journal: SessionJournal,
+            authority: any Authority
+        ) {
+            self.mode = mode
+            self.policy = policy
+            self.defaults = defaults
+            self.journal = journal
+            self.authority = authority
+        }
+    }
+
+    let connection: Connection
+    let backend: any SettingsBackend
+    let settings: Settings
+    let keyMap: FeatureKeyMap
+    let supported: Set<Feature>
+    let backendName: String
+    let logger: Logger
+
+    var session: Session?
+    var registry = RestrictionRegistry()
+    var deadlineTask: Task<Void, Never>?
+    var ownerWatch: SubscriptionToken?
+
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
+
+    public init(connection: Connection, backend: sending any SettingsBackend, settings: Settings, logger: Logger) {
+        self.connection = connection
+        self.backend = backend
+        self.settings = settings
+        self.logger = logger
+        backendName = backend.name
+        (supported, keyMap) = FeatureKeyMap.probe { backend.availability(of: $0.key, for: $0.exampleValue) == .available }
+    }
+
+    // MARK: Start-up
+
+    /// Recovers the journal, then exports the object. The caller requests
+    /// the bus name afterwards, so no call reaches a half-built service.
+    public func start() async throws {
+        let unsupported = Feature.allCases.filter { !supported.contains($0) }.map(\.wireName)
+        let missing = unsupported.isEmpty ? "" : "; not supported here: \(unsupported.joined(separator: ", "))"
+        logger.info(
+            "backend \(backendName): supported features \(supported.sortedWireNames.joined(separator: ", "))\(missing)")
+        try await recoverJournal()
+        try await connection.export([interface()], at: Self.path)
+    }
+
+    private func recoverJournal() async throws {
+        let state: JournalState?
+        do {
+            state = try settings.journal.load()
+        } catch {
+            guard case .corrupt = error else { throw error }
+            // Kept aside by the journal; the service starts without a session.
+            logger.error("\(error)")
+            state = nil
+        }
+        guard let state else { return }
+        registry = RestrictionRegistry(restrictions: state.restrictions)
+        guard var recovered = state.session else { return }
+        if let owner = recovered.owner, (try? await connection.nameOwner(owner)) != owner {
+            recovered.owner = nil
+        }
+        session = recovered
+        logger.notice(
+            "resumed the session of \(recovered.ownerIdentity) from the journal: features \(recovered.features.sortedWireNames)"
+        )
+        if recovered.isExpired(nowUsec: Self.nowUsec()) {
+            logger.notice("its time limit passed while the service was down; ending it")
+            do {
+                try await endSession(reason: "time-limit")
+            } catch {
+                logger.error("cannot end the expired session yet: \(error); retrying")
+                scheduleDeadline()
+            }
+            return
+        }
+        if let owner = recovered.owner { await watchOwner(owner) }
+        scheduleDeadline()
+    }
+
+    // MARK: The interface
+
+    func interface() -> Interface {
+        Interface(
+            Self.interfaceName,
+            methods: [
+                Method("StartSession", inputs: [Argument("options", "a{sv}")]) { [self] call in
+                    try await startSession(call)
+                    return []
+                },
+                Method("EndSession") { [self] call in
+                    try await endSessionCall(call)
+                    return []
+                },
+                Method("ConfigureForSession", inputs: [Argument("features", "as"), Argument("enabled", "b")]) {
+                    [self] call in
+                    try await configureForSession(call)
+                    return []
+                },
+                Method("RegisterRestrictions", inputs: [Argument("restrictions", "a(sss)")]) { [self] call in
+                    try await registerRestrictions(call)
+                    return []
+                },
+                Method("UnregisterRestrictions", inputs: [Argument("identifiers", "as")]) { [self] call in
+                    try await unregisterRestrictions(call)
+                    return []
+                },
+                Method("SetRestrictionState", inputs: [Argument("identifier", "s"), Argument("state", "s")]) {
+                    [self] call in
+                    try await setRestrictionState(call)
+                    return []
+                },
+                Method(
+                    "GetRestrictionState", inputs: [Argument("identifier", "s")], outputs: [Argument("state", "s")]
+                ) { [self] call in
+                    [.string(try await restrictionState(try call.argument(0)))]
+                },
+                Method("ListRestrictions", outputs: [Argument("restrictions", "a(ssss)")]) { [self] _ in
+                    [await restrictionList()]
+                },
+            ],
+            properties: [
+                Property("SessionActive", "b") { [self] in .bool(await session != nil) },
+                Property("SessionOwner", "s") { [self] in .string(await session?.ownerProperty ?? "") },
+                Property("SessionDeadline", "t") { [self] in .uint64(await session?.deadlineUsec ?? 0) },
+                Property("EnabledFeatures", "as") { [self] in
+                    (await session?.features ?? []).sortedWireNames.dbusValue
+                },
+                Property("SupportedFeatures", "as", changes: .constant) { [self] in supported.sortedWireNames.dbusValue },
+                Property("Backend", "s", changes: .constant) { [self] in .string(backendName) },
+                Property("Version", "s", changes: .constant) { .string(GuidedAccessService.version) },
+            ],
+            signals: [
+                Signal("SessionChanged", [Argument("active", "b"), Argument("reason", "s")]),
+                Signal("RestrictionChanged", [Argument("identifier", "s"), Argument("state", "s")]),
+            ])
+    }
+
+    // MARK: Sessions
+
+    func startSession(_ call: MethodCall) async throws {
+        let raw: [String: Variant] = try call.argument(0)
+        let options = try SessionOptions(parsing: raw.mapValues(Self.optionValue), defaults: settings.defaults)
+        try Feature.requireSupported(options.features, supported: supported)
+
+        let caller = try await identify(call)
+        let method = SessionMethod.startSession(hasOptions: !raw.isEmpty)
+        try await admit(settings.policy.admission(for: method, session: session, caller: caller), call)
+
+        switch try Session.decide(method, session: session, caller: caller) {
+        case .takeOver:
+            try await takeOver(by: caller)
+            await emit("SessionChanged", [.bool(true), .string("resumed")])
+        case .start:
+            var new = Session(owner: caller, options: options, nowUsec: Self.nowUsec())
+            let change = keyMap.change(from: [], to: new.features, options: new.keyMapOptions)
+            try write(change, into: &new)
+            session = new
+            logger.notice(
+                "session started by \(caller.uniqueName) (\(caller.identity.ownerIdentity)), features \(new.features.sortedWireNames)")
+            await watchOwner(caller.uniqueName)
+            scheduleDeadline()
+            await announce()
+            await emit("SessionChanged", [.bool(true), .string("started")])
+        case .asOwner, .needsOperator:
+            throw GuidedAccessError.sessionBusy("a session is active")
+        }
+    }
+
+    func configureForSession(_ call: MethodCall) async throws {
+        let names: [String] = try call.argument(0)
+        let enabled: Bool = try call.argument(1)
+        guard !names.isEmpty else { throw GuidedAccessError.invalidArgs("the list of features is empty") }
+        let requested = try Feature.parse(names)
+        if enabled { try Feature.requireSupported(requested, supported: supported) }
+
+        let caller = try await identify(call)
+        try await admit(settings.policy.admission(for: .configureForSession, session: session, caller: caller), call)
+        let decision = try Session.decide(.configureForSession, session: session, caller: caller)
+        if decision == .takeOver { try await takeOver(by: caller) }
+        guard var new = session else { throw GuidedAccessError.notInSession("no session is active") }
+
+        let features = enabled ? new.features.union(requested) : new.features.subtracting(requested)
+        guard features != new.features else { return }
+        let change = keyMap.change(from: new.features, to: features, options: new.keyMapOptions)
+        new.features = features
+        try write(change, into: &new)
+        session = new
+        logger.info("features \(enabled ? "on" : "off"): \(requested.sortedWireNames); now \(features.sortedWireNames)")
+        await announce()
+    }
+
+    func endSessionCall(_ call: MethodCall) async throws {
+        let caller = try await identify(call)
+        let admission = settings.policy.admission(for: .endSession, session: session, caller: caller)
+        try await admit(admission, call)
+        var reason = "ended"
+        switch try Session.decide(.endSession, session: session, caller: caller) {
+        case .needsOperator:
+            // Polkit already granted end-session if admission asked it.
+            if admission == .admitted, !settings.policy.isOperator(caller.identity) {
+                try await settings.authority.authorize(
+                    action: PolkitAction.endSession.id, busName: caller.uniqueName,
+                    interactive: call.allowInteractiveAuthorization)
+            }
+            reason = "ended-by-operator"
+        case .takeOver:
+            try await takeOver(by: caller)
+        case .asOwner, .start:
+            break
+        }
+        try await endSession(reason: reason)
+    }
+
+    /// Puts every written key back, resets the restrictions, forgets the
+    /// session. On a backend failure the session stays, nothing is lost.
+    func endSession(reason: String) async throws {
+        guard let ending = session else { throw GuidedAccessError.notInSession("no session is active") }
+        do {
+            try backend.apply(ending.restoringChanges)
+        } catch {
+            throw GuidedAccessError.backendFailed("\(backend.name) backend: cannot restore the settings: \(error.message)")
+        }
+        let reset = registry.resetAll()
+        session = nil
+        deadlineTask?.cancel()
+        deadlineTask = nil
+        if let ownerWatch { await connection.unsubscribe(ownerWatch) }
+        ownerWatch = nil
+        do {
+            try settings.journal.record(JournalState(session: nil, restrictions: registry.restrictions))
+        } catch {
+            // The settings are back; a stale journal only makes the next
+            // start restore them again.
+            logger.error("cannot record the end of the session: \(error)")
+        }
+        logger.notice("session ended (\(reason)); \(ending.snapshot.count) keys restored")
+        for identifier in reset { await emit("RestrictionChanged", [.string(identifier), .string("allow")]) }
+        await announce()
+        await emit("SessionChanged", [.bool(false), .string(reason)])
+    }
+
+    /// Records the snapshot of the keys `change` writes, journals, then
+    /// writes — all or nothing.
+    private func write(_ change: KeyMapChange, into new: inout Session) throws {
+        guard !change.isEmpty else {
+            try record(new)
+            return
+        }
+        for (key, value) in change.write {
+            do {
+                try backend.validate(value, for: key)
+            } catch {
+                throw GuidedAccessError.unsupportedFeature(error.message)
+            }
+        }
+        do {
+            try new.recordSnapshot(of: change.write.keys) { key throws(SettingsBackendError) in
+                try backend.userValue(of: key)
+            }
+        } catch {
+            throw GuidedAccessError.backendFailed("\(backend.name) backend: \(error.message)")
+        }
+        let changes = new.settingChanges(for: change)
+        let previous = JournalState(session: session, restrictions: registry.restrictions)
+        try settings.journal.applyJournaled(
+            changes, to: backend, state: JournalState(session: new, restrictions: registry.restrictions),
+            previous: previous)
+        new.forgetSnapshot(of: change.restore)
+    }
+
+    private func record(_ new: Session?) throws {
+        do {
+            try settings.journal.record(JournalState(session: new, restrictions: registry.restrictions))
+        } catch {
+            throw GuidedAccessError.backendFailed("cannot record the session: \(error)")
+        }
+    }
+
+    private func takeOver(by caller: BusCaller) async throws {
+        guard var taken = session else { return }
+        taken.takeOver(by: caller)
+        try record(taken)
+        session = taken
+        logger.notice("session taken over by \(caller.uniqueName) (\(caller.identity.ownerIdentity))")
+        await watchOwner(caller.uniqueName)
+        await announce()
+    }
+
+    // MARK: Owner tracking
+
+    /// Follows the owner's connection through NameOwnerChanged; a signal,
+    /// not polling.
+    private func watchOwner(_ owner: String) async {
+        if let ownerWatch { await connection.unsubscribe(ownerWatch) }
+        ownerWatch = nil
+        do {
+            ownerWatch = try await connection.subscribe(.nameOwnerChanged(for: owner)) { [self] message in
+                guard case .string(let newOwner)? = try? message.arguments().last, newOwner.isEmpty else { return }
+                Task(executorPreference: connection.loop) { await self.ownerLeft(owner) }
+            }
+            // It may have left before the match was in place.
+            if (try? await connection.nameOwner(owner)) != owner { await ownerLeft(owner) }
+        } catch {
+            logger.error("cannot watch the session owner \(owner): \(error)")
+        }
+    }
+
+    private func ownerLeft(_ owner: String) async {
+        guard var current = session, current.connectionLeft(owner) else { return }
+        session = current
+        logger.notice("the session owner \(owner) left the bus; the session stays for its successor")
+        try? record(current)
+        if let ownerWatch { await connection.unsubscribe(ownerWatch) }
+        ownerWatch = nil
+        await announce()
+    }
+
+    // MARK: Time limit
+
+    /// One timer for the deadline — nothing wakes the service otherwise.
+    private func scheduleDeadline() {
+        deadlineTask?.cancel()
+        deadlineTask = nil
+        guard let deadline = session?.deadlineUsec, deadline != 0 else { return }
+        deadlineTask = Task(executorPreference: connection.loop) { [self] in
+            var backoff: Duration = .seconds(1)
+            let now = Self.nowUsec()
+            if deadline > now {
+                do {
+                    try await Task.sleep(for: .microseconds(deadline - now))
+                } catch {
+                    return
+                }
+            }
+            while !Task.isCancelled {
+                do {
+                    try await timeLimitReached(deadline)
+                    return
+                } catch {
+                    logger.error("ending the session at its time limit failed: \(error); retrying in \(backoff)")
+                    try? await Task.sleep(for: backoff)
+                    backoff = min(backoff * 2, .seconds(60))
+                }
+            }
+        }
+    }
+
+    private func timeLimitReached(_ deadline: UInt64) async throws {
+        guard let current = session, current.deadlineUsec == deadline else { return }
+        try await endSession(reason: "time-limit")
+    }
+
+    // MARK: Restrictions
+
+    func registerRestrictions(_ call: MethodCall) async throws {
+        guard case .array(_, let items) = call.arguments[0] else { return }
+        var batch: [RestrictionRegistration] = []
+        for item in items {
+            guard case .structure(let fields) = item, fields.count == 3,
+                case .string(let identifier) = fields[0], case .string(let text) = fields[1],
+                case .string(let detail) = fields[2]
+            else { throw GuidedAccessError.invalidArgs("a restriction must be (identifier, text, detail)") }
+            batch.append(RestrictionRegistration(identifier: identifier, text: text, detail: detail))
+        }
+        var scratch = registry
+        try scratch.register(batch)  // the whole batch is checked before anything else
+        try await admitClient(call)
+        var current = registry  // as it is after the await
+        try current.register(batch)
+        try commit(current)
+        logger.info("registered restrictions \(batch.map(\.identifier))")
+    }
+
+    func unregisterRestrictions(_ call: MethodCall) async throws {
+        let identifiers: [String] = try call.argument(0)
+        guard !identifiers.isEmpty else { throw GuidedAccessError.invalidArgs("the list of identifiers is empty") }
+        var scratch = registry
+        try scratch.unregister(identifiers)
+        try await admitClient(call)
+        var current = registry
+        try current.unregister(identifiers)
+        try commit(current)
+        logger.info("unregistered restrictions \(identifiers)")
+    }
+
+    func setRestrictionState(_ call: MethodCall) async throws {
+        let identifier: String = try call.argument(0)
+        let state = try RestrictionState(wireName: try call.argument(1))
+        _ = try registry.state(of: identifier)
+        let caller = try await identify(call)
+        try await admit(settings.policy.verdict(for: caller.identity, action: .manageRestrictions), call)
+        guard session != nil else {
+            throw GuidedAccessError.notInSession("restriction states can change only inside a session")
+        }
+        var updated = registry
+        guard try updated.setState(state, of: identifier) else { return }
+        try commit(updated)
+        logger.info("restriction \(identifier) is now \(state) (by \(caller.uniqueName))")
+        await emit("RestrictionChanged", [.string(identifier), .string(state.rawValue)])
+    }
+
+    func restrictionState(_ identifier: String) throws -> String {
+        guard session != nil else {
+            _ = try registry.state(of: identifier)
+            return RestrictionState.allow.rawValue
+        }
+        return try registry.state(of: identifier).rawValue
+    }
+
+    func restrictionList() -> DBusValue {
+        .array(
+            .structure([.string, .string, .string, .string]),
+            registry.restrictions.map {
+                .structure([.string($0.identifier), .string($0.text), .string($0.detail), .string($0.state.rawValue)])
+            })
+    }
+
+    private func commit(_ updated: RestrictionRegistry) throws {
+        do {
+            try settings.journal.record(JournalState(session: session, restrictions: updated.restrictions))
+        } catch {
+            throw GuidedAccessError.backendFailed("cannot record the restrictions: \(error)")
+        }
+        registry = updated
+    }
+
+    // MARK: Callers
+
+    /// The caller's identity from the bus (credentials, /proc), never from
+    /// anything the caller says.
+    private func identify(_ call: MethodCall) async throws -> BusCaller {
+        let credentials: Credentials
+        do {
+            credentials = try await connection.credentials(of: call.sender)
+        } catch {
+            throw GuidedAccessError.notAuthorized("cannot learn who \(call.sender) is: \(error.message)")
+        }
+        guard let uid = credentials.unixUserID else {
+            throw GuidedAccessError.notAuthorized("the bus does not know the user of \(call.sender)")
+        }
+        if let fd = credentials.processFD { close(fd) }
+        let pid = credentials.processID ?? 0
+        let identity = CallerIdentity(
+            uid: uid, gids: credentials.unixGroupIDs ?? [], pid: pid,
+            executablePath: pid == 0 ? nil : ProcessInfo.executable(of: pid),
+            systemdUnit: pid == 0 ? nil : ProcessInfo.systemdUnit(of: pid))
+        return BusCaller(uniqueName: call.sender, identity: identity)
+    }
+
+    private func admit(_ verdict: AccessVerdict, _ call: MethodCall) async throws {
+        guard case .askPolkit(let action) = verdict else { return }
+        try await settings.authority.authorize(
+            action: action, busName: call.sender, interactive: call.allowInteractiveAuthorization)
+    }
+
+    private func admitClient(_ call: MethodCall) async throws {
+        let caller = try await identify(call)
+        try await admit(settings.policy.verdict(for: caller.identity, action: .startSession), call)
+    }
+
+    // MARK: Announcements
+
+    private func announce() async {
+        await connection.propertiesChanged(path: Self.path, interface: Self.interfaceName)
+    }
+
+    private func emit(_ signal: String, _ arguments: [DBusValue]) async {
+        do {
+            try await connection.emit(signal, interface: Self.interfaceName, path: Self.path, arguments)
+        } catch {
+            logger.error("cannot emit \(signal): \(error)")
+        }
+    }
+
+    static func nowUsec() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000
+    }
+
+    static func optionValue(_ variant: Variant) -> OptionValue {
+        switch variant.value {
+        case .uint64(let v): return .uint64(v)
+        case .double(let v): return .double(v)
+        case .bool(let v): return .bool(v)
+        case .array(.string, let items):
+            return .stringArray(items.compactMap { if case .string(let s) = $0 { s } else { nil } })
+        default: return .other(signature: variant.value.type.signature)
+        }
+    }
+}
+
+extension GuidedAccessError: DBusErrorConvertible {
+    /// Thrown from a handler, the error reaches the caller under its D-Bus name.
+    public var dbusError: DBusError { DBusError(name: dbusErrorName, message: message) }
+}

@@ -1,0 +1,154 @@
+// guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR]
+//
+// The GuidedAccess service: org.guidedaccess.GuidedAccess1 on the session
+// bus (user mode) or the system bus (system mode).
+
+import DBus
+import GSettingsBackend
+import Glibc
+import GuidedAccessCore
+import GuidedAccessService
+import KeyFile
+import Logging
+
+LoggingSystem.bootstrap { label in
+    var handler = StreamLogHandler.standardError(label: label)
+    handler.logLevel = getenv("GUIDEDACCESS_DEBUG") != nil ? .debug : .info
+    return handler
+}
+let logger = Logger(label: "guidedaccessd")
+
+func fail(_ message: String, code: Int32 = 1) -> Never {
+    logger.critical("\(message)")
+    exit(code)
+}
+
+let usage = "usage: guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR]"
+
+// MARK: Command line
+
+var mode = ServiceMode.user
+var address: String?
+var configPath: String?
+var stateDirectory: String?
+var arguments = CommandLine.arguments.dropFirst().makeIterator()
+while let argument = arguments.next() {
+    func value() -> String {
+        guard let v = arguments.next(), !v.hasPrefix("--") else { fail("\(argument) needs a value; \(usage)", code: 2) }
+        return v
+    }
+    switch argument {
+    case "--user": mode = .user
+    case "--system": mode = .system
+    case "--address": address = value()
+    case "--config": configPath = value()
+    case "--state-dir": stateDirectory = value()
+    case "--help", "-h":
+        print(usage)
+        exit(0)
+    case "--version":
+        print("guidedaccessd \(GuidedAccessService.version)")
+        exit(0)
+    default: fail("unknown argument '\(argument)'; \(usage)", code: 2)
+    }
+}
+
+func environment(_ name: String) -> String? {
+    getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
+}
+
+func homeDirectory() -> String {
+    environment("HOME") ?? getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } } ?? "/"
+}
+
+// MARK: Configuration
+
+let defaultConfig =
+    mode == .system
+    ? "/etc/guidedaccess/guidedaccess.conf"
+    : (environment("XDG_CONFIG_HOME") ?? homeDirectory() + "/.config") + "/guidedaccess/guidedaccess.conf"
+let configFile = configPath ?? defaultConfig
+var configuration = ServiceConfiguration(defaultsFor: mode)
+do {
+    // A missing default file is no error; a named one that is missing is.
+    for entry in try KeyFile.loadLayered(mainFile: configFile, optional: configPath == nil) {
+        try configuration.apply(group: entry.group, key: entry.key, value: entry.rawValue, file: entry.file)
+    }
+} catch let error as KeyFileError {
+    fail("configuration: \(error)")
+} catch {
+    fail("configuration: \(error)")
+}
+
+let policy: AccessPolicy
+do {
+    policy = try AccessPolicy(
+        configuration: configuration, mode: mode, serviceUID: getuid(), file: configFile,
+        userID: { name in getpwnam(name).map { $0.pointee.pw_uid } },
+        groupID: { name in getgrnam(name).map { $0.pointee.gr_gid } })
+} catch {
+    fail("configuration: \(error)")
+}
+
+// MARK: State directory
+
+let stateDir =
+    stateDirectory ?? environment("STATE_DIRECTORY")?.split(separator: ":").first.map(String.init)
+    ?? (mode == .system
+        ? "/var/lib/guidedaccess"
+        : (environment("XDG_STATE_HOME") ?? homeDirectory() + "/.local/state") + "/guidedaccess")
+
+func makeDirectories(_ path: String) {
+    var partial = ""
+    for component in path.split(separator: "/") {
+        partial += "/" + component
+        if mkdir(partial, 0o700) != 0 && errno != EEXIST {
+            fail("cannot create the state directory \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+}
+makeDirectories(stateDir)
+
+// MARK: Backend
+
+let backend: any SettingsBackend
+switch configuration.backend {
+case .gsettings: backend = GSettingsBackend()
+case .memory: backend = MemorySettingsBackend()
+case .dconf:
+    fail("configuration: [Service] Backend=dconf (system mode's lockdown) is not available in this build yet; use gsettings or memory")
+}
+
+// MARK: Run
+
+let loop = EventLoop()
+loop.handleSignals([SIGTERM, SIGINT]) { signal in
+    // Handlers run between jobs on the loop: no write is half done, and the
+    // journal already holds the session for the next start.
+    logger.notice("received signal \(signal); exiting with the session kept in the journal")
+    exit(0)
+}
+loop.start()
+
+let bus: Bus = address.map { .address($0) } ?? (mode == .system ? .system : .session)
+do {
+    let connection = try await Connection.connect(to: bus, loop: loop, logger: logger)
+    let service = GuidedAccessService(
+        connection: connection, backend: backend,
+        settings: .init(
+            mode: mode, policy: policy, defaults: configuration.session,
+            journal: SessionJournal(directory: stateDir),
+            authority: ListsOnlyAuthority(reason: "not admitted by the configuration, and polkit is not consulted in \(mode.rawValue) mode")),
+        logger: logger)
+    try await service.start()
+    let reply = try await connection.requestName(GuidedAccessService.busName)
+    guard reply == .primaryOwner else {
+        fail("cannot own \(GuidedAccessService.busName) on the \(bus): \(reply) (is another guidedaccessd running?)")
+    }
+    logger.info("ready: \(GuidedAccessService.busName) on the \(bus), \(mode.rawValue) mode, state in \(stateDir)")
+    await connection.waitUntilDisconnected()
+    logger.notice("the bus connection is gone; exiting with the session kept in the journal")
+    exit(0)
+} catch {
+    fail("\(error)")
+}
