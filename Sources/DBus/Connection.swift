@@ -1,5 +1,6 @@
 import CDBus
 import Logging
+import Synchronization
 
 /// Which bus to connect to.
 public enum Bus: Sendable, CustomStringConvertible {
@@ -136,7 +137,14 @@ public actor Connection {
     /// Returns when the connection has been closed or the bus has gone.
     public func waitUntilDisconnected() async {
         guard isConnected else { return }
-        await withCheckedContinuation { disconnectWaiters.append($0) }
+        await withCheckedContinuation { continuation in
+            // Checked again: the body may run after other jobs of this actor.
+            if isConnected {
+                disconnectWaiters.append(continuation)
+            } else {
+                continuation.resume()
+            }
+        }
     }
 
     // MARK: Incoming messages
@@ -186,24 +194,27 @@ public actor Connection {
             throw .noMemory()
         }
         guard let pending else { throw .disconnected("not connected to the \(bus)") }
-        // The reply can only be processed by dispatch on this executor, so it
-        // cannot complete before the notify function is set below.
+        let box = PendingReply()
         let result: Result<Message, DBusError> = await withCheckedContinuation { continuation in
-            let box = Unmanaged.passRetained(PendingReply(continuation)).toOpaque()
+            box.set(continuation)
+            let context = Unmanaged.passRetained(box).toOpaque()
             let ok = dbus_pending_call_set_notify(
                 pending,
                 { pending, data in
                     let box = Unmanaged<PendingReply>.fromOpaque(data!).takeUnretainedValue()
-                    if let reply = dbus_pending_call_steal_reply(pending) {
-                        box.complete(with: Message(adopting: reply))
-                    } else {
-                        box.complete(with: nil)
-                    }
+                    box.complete(with: dbus_pending_call_steal_reply(pending).map { Message(adopting: $0) })
                 },
-                box,
+                context,
                 { data in Unmanaged<PendingReply>.fromOpaque(data!).release() })
             if ok == 0 {
-                Unmanaged<PendingReply>.fromOpaque(box).release()
+                Unmanaged<PendingReply>.fromOpaque(context).release()
+                box.complete(with: nil)
+            }
+            // The body of withCheckedContinuation may run after other jobs of
+            // this executor, so the reply may already have been dispatched
+            // (libdbus does not call a notify function set after completion).
+            if dbus_pending_call_get_completed(pending) != 0 {
+                box.complete(with: dbus_pending_call_steal_reply(pending).map { Message(adopting: $0) })
             }
         }
         dbus_pending_call_unref(pending)
@@ -247,29 +258,27 @@ public actor Connection {
     }
 }
 
-/// Holds the continuation of one call until libdbus reports its reply.
-private final class PendingReply: @unchecked Sendable {
-    // Touched only on the loop thread: in notify and in deinit, both of which
-    // libdbus runs from dispatch or connection teardown there.
-    private var continuation: CheckedContinuation<Result<Message, DBusError>, Never>?
+/// Holds the continuation of one call until libdbus reports its reply;
+/// completes it exactly once, whoever gets there first.
+private final class PendingReply: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Result<Message, DBusError>, Never>?>(nil)
 
-    init(_ continuation: CheckedContinuation<Result<Message, DBusError>, Never>) {
-        self.continuation = continuation
+    func set(_ c: CheckedContinuation<Result<Message, DBusError>, Never>) {
+        continuation.withLock { $0 = c }
     }
 
     func complete(with reply: Message?) {
-        guard let continuation else { return }
-        self.continuation = nil
+        guard let c = continuation.withLock({ c in defer { c = nil }; return c }) else { return }
         if let reply {
-            continuation.resume(returning: .success(reply))
+            c.resume(returning: .success(reply))
         } else {
-            continuation.resume(returning: .failure(.disconnected("the call ended without a reply")))
+            c.resume(returning: .failure(.disconnected("the call ended without a reply")))
         }
     }
 
     deinit {
         // libdbus freed the pending call without completing it (connection
         // torn down): never leave the caller waiting.
-        continuation?.resume(returning: .failure(.disconnected("the connection closed before the reply")))
+        continuation.withLock { $0 }?.resume(returning: .failure(.disconnected("the connection closed before the reply")))
     }
 }

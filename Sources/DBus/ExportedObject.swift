@@ -285,15 +285,19 @@ final class SerialSection {
     private var waiters: [CheckedContinuation<Void, Never>] = []
 
     func run(isolation: isolated (any Actor)? = #isolation, _ body: () async -> Void) async {
-        if busy {
-            await withCheckedContinuation { waiters.append($0) }
+        while busy {
+            await withCheckedContinuation { continuation in
+                // The body may run after other jobs: check again.
+                if busy {
+                    waiters.append(continuation)
+                } else {
+                    continuation.resume()
+                }
+            }
         }
         busy = true
         await body()
-        if waiters.isEmpty {
-            busy = false
-        } else {
-            waiters.removeFirst().resume()
-        }
+        busy = false
+        if !waiters.isEmpty { waiters.removeFirst().resume() }
     }
 }
