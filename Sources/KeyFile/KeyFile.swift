@@ -159,14 +159,20 @@ public final class KeyFile {
     /// `optional`; a missing drop-in directory is not. Hidden files and
     /// entries that are not regular files are skipped.
     public static func loadLayered(mainFile: String, optional: Bool = false) throws(KeyFileError) -> [KeyFileEntry] {
-        var entries: [KeyFileEntry] = []
+        try loadLayeredFiles(mainFile: mainFile, optional: optional).flatMap(\.entries)
+    }
+
+    /// The files `loadLayered` reads, loaded, in the order they apply — for
+    /// callers that also need each file's groups (a group with no keys).
+    public static func loadLayeredFiles(mainFile: String, optional: Bool = false) throws(KeyFileError) -> [KeyFile] {
+        var files: [KeyFile] = []
         do {
-            entries = try load(path: mainFile).entries
+            files.append(try load(path: mainFile))
         } catch where error.kind == .missing && optional {}
         for path in try dropIns(of: mainFile) {
-            entries += try load(path: path).entries
+            files.append(try load(path: path))
         }
-        return entries
+        return files
     }
 
     // MARK: Internals

@@ -71,8 +71,12 @@ let configFile = configPath ?? defaultConfig
 var configuration = ServiceConfiguration(defaultsFor: mode)
 do {
     // A missing default file is no error; a named one that is missing is.
-    for entry in try KeyFile.loadLayered(mainFile: configFile, optional: configPath == nil) {
-        try configuration.apply(group: entry.group, key: entry.key, value: entry.rawValue, file: entry.file)
+    for file in try KeyFile.loadLayeredFiles(mainFile: configFile, optional: configPath == nil) {
+        // Groups first: an unknown group is an error even with no keys.
+        for group in file.groups { try configuration.applyGroup(group, file: file.path) }
+        for entry in file.entries {
+            try configuration.apply(group: entry.group, key: entry.key, value: entry.rawValue, file: entry.file)
+        }
     }
 } catch let error as KeyFileError {
     fail("configuration: \(error)")
