@@ -276,3 +276,92 @@ extension EventLoop {
         }
     }
 }
+
+extension EventLoop {
+    /// Suspends the calling task for `duration` on a timerfd of this loop —
+    /// not on the global executor's timers, whose thread pool keeps a
+    /// periodic timer of its own once used. Throws `CancellationError` when
+    /// the task is cancelled.
+    public func sleep(for duration: Duration) async throws {
+        let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
+        precondition(fd >= 0, "timerfd_create failed: errno \(errno)")
+        var spec = itimerspec()
+        let (seconds, attoseconds) = duration.components
+        let nanoseconds = max(max(seconds, 0) * 1_000_000_000 + max(attoseconds, 0) / 1_000_000_000, 1)
+        spec.it_value.tv_sec = Int(nanoseconds / 1_000_000_000)
+        spec.it_value.tv_nsec = Int(nanoseconds % 1_000_000_000)
+        let sleeper = Sleeper(fd: fd, loop: self)
+        defer { sleeper.release() }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+                sleeper.start(continuation) {
+                    let token = addSource(fd: fd, events: EPOLLIN.rawValue) { _ in sleeper.finish(nil) }
+                    sleeper.registered(token)
+                    _ = timerfd_settime(fd, 0, &spec, nil)
+                }
+            }
+        } onCancel: {
+            sleeper.finish(CancellationError())
+        }
+    }
+}
+
+/// The state of one `sleep`: resumed exactly once, by the timer or by
+/// cancellation, whichever comes first; its descriptor closed once.
+private final class Sleeper: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<Void, Error>?
+        var finished = false
+        var token: EventLoop.SourceToken?
+        var closed = false
+    }
+    private let state = Mutex(State())
+    private let fd: Int32
+    private let loop: EventLoop
+
+    init(fd: Int32, loop: EventLoop) {
+        self.fd = fd
+        self.loop = loop
+    }
+
+    /// Arms the timer unless cancellation came first.
+    func start(_ continuation: CheckedContinuation<Void, Error>, arm: () -> Void) {
+        let cancelled = state.withLock { s in
+            if s.finished { return true }
+            s.continuation = continuation
+            return false
+        }
+        if cancelled {
+            continuation.resume(throwing: CancellationError())
+        } else {
+            arm()
+        }
+    }
+
+    func registered(_ token: EventLoop.SourceToken) {
+        state.withLock { $0.token = token }
+    }
+
+    func finish(_ error: Error?) {
+        let continuation = state.withLock { s -> CheckedContinuation<Void, Error>? in
+            guard !s.finished else { return nil }
+            s.finished = true
+            defer { s.continuation = nil }
+            return s.continuation
+        }
+        guard let continuation else { return }
+        if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+    }
+
+    /// Stops watching and closes the descriptor, once.
+    func release() {
+        let token: EventLoop.SourceToken?? = state.withLock { s in
+            guard !s.closed else { return nil }
+            s.closed = true
+            return .some(s.token)
+        }
+        guard let token else { return }
+        if let token { loop.removeSource(token, fd: fd) }
+        close(fd)
+    }
+}

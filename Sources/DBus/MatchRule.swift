@@ -99,7 +99,7 @@ extension Connection {
         let token = try await subscribe(rule) { continuation.yield($0) }
         continuation.onTermination = { [weak self] _ in
             guard let self else { return }
-            Task { await self.unsubscribe(token) }
+            Task(executorPreference: self.loop) { await self.unsubscribe(token) }
         }
         return stream
     }

@@ -356,7 +356,7 @@ public actor GuidedAccessService {
             let now = Self.nowUsec()
             if deadline > now {
                 do {
-                    try await Task.sleep(for: .microseconds(deadline - now))
+                    try await connection.loop.sleep(for: .microseconds(deadline - now))
                 } catch {
                     return
                 }
@@ -367,7 +367,7 @@ public actor GuidedAccessService {
                     return
                 } catch {
                     logger.error("ending the session at its time limit failed: \(error); retrying in \(backoff)")
-                    try? await Task.sleep(for: backoff)
+                    try? await connection.loop.sleep(for: backoff)
                     backoff = min(backoff * 2, .seconds(60))
                 }
             }

@@ -83,7 +83,7 @@ func makeInterface(_ state: TestState) -> Interface {
             },
             Method("Sleep", inputs: [Argument("milliseconds", "u")]) { call in
                 let ms: UInt32 = try call.argument(0)
-                try await Task.sleep(for: .milliseconds(ms))
+                try await call.connection.loop.sleep(for: .milliseconds(ms))
                 return []
             },
             // Awaits a call to another service before replying.
@@ -128,7 +128,7 @@ func makeInterface(_ state: TestState) -> Interface {
                 ]
             },
             Method("Quit") { call in
-                Task { await call.connection.close() }
+                Task(executorPreference: call.connection.loop) { await call.connection.close() }
                 return []
             },
         ],
@@ -153,24 +153,30 @@ loop.handleSignals([SIGTERM, SIGINT]) { signal in
 }
 loop.start()
 
-do {
-    let bus: Bus = address.map { .address($0) } ?? .session
-    let connection = try await Connection.connect(to: bus, loop: loop, logger: logger)
-    let state = TestState(connection: connection)
-    // Objects first, then the name: no call can reach a half-built service.
-    try await connection.export([makeInterface(state)], at: path)
-    let reply = try await connection.requestName(name)
-    guard reply == .primaryOwner else {
-        logger.critical("cannot own \(name): \(reply)")
-        exit(1)
+/// Everything after start-up runs on the loop (executor preference), so the
+/// process never wakes the global executor's thread pool and its timer.
+func serve(address: String?, name: String, loop: EventLoop) async -> Int32 {
+    do {
+        let bus: Bus = address.map { .address($0) } ?? .session
+        let connection = try await Connection.connect(to: bus, loop: loop, logger: logger)
+        let state = TestState(connection: connection)
+        // Objects first, then the name: no call can reach a half-built service.
+        try await connection.export([makeInterface(state)], at: path)
+        let reply = try await connection.requestName(name)
+        guard reply == .primaryOwner else {
+            logger.critical("cannot own \(name): \(reply)")
+            return 1
+        }
+        let line = Array("READY \(connection.uniqueName)\n".utf8)
+        _ = line.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+        logger.info("serving \(path) as \(name) on the \(bus)")
+        await connection.waitUntilDisconnected()
+        logger.notice("the bus connection is gone; exiting cleanly")
+        return 0
+    } catch {
+        logger.critical("\(error)")
+        return 1
     }
-    let line = Array("READY \(connection.uniqueName)\n".utf8)
-    _ = line.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
-    logger.info("serving \(path) as \(name) on the \(bus)")
-    await connection.waitUntilDisconnected()
-    logger.notice("the bus connection is gone; exiting cleanly")
-    exit(0)
-} catch {
-    logger.critical("\(error)")
-    exit(1)
 }
+
+exit(await Task(executorPreference: loop) { [address, name] in await serve(address: address, name: name, loop: loop) }.value)

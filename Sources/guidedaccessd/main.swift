@@ -113,17 +113,50 @@ func makeDirectories(_ path: String) {
 }
 makeDirectories(stateDir)
 
-// MARK: Backend
-
-let backend: any SettingsBackend
-switch configuration.backend {
-case .gsettings: backend = GSettingsBackend()
-case .memory: backend = MemorySettingsBackend()
-case .dconf:
-    fail("configuration: [Service] Backend=dconf (system mode's lockdown) is not available in this build yet; use gsettings or memory")
-}
-
 // MARK: Run
+
+/// Everything after start-up runs on the loop (executor preference): the
+/// service never wakes the global executor's thread pool or its timer, so
+/// an idle service sleeps in epoll_wait and nowhere else.
+func serve(
+    configuration: ServiceConfiguration, mode: ServiceMode, policy: AccessPolicy, stateDir: String, bus: Bus,
+    loop: EventLoop
+) async -> Int32 {
+    let backend: any SettingsBackend
+    switch configuration.backend {
+    case .gsettings: backend = GSettingsBackend()
+    case .memory: backend = MemorySettingsBackend()
+    case .dconf:
+        logger.critical(
+            "configuration: [Service] Backend=dconf (system mode's lockdown) is not available in this build yet; use gsettings or memory")
+        return 1
+    }
+    do {
+        let connection = try await Connection.connect(to: bus, loop: loop, logger: logger)
+        let service = GuidedAccessService(
+            connection: connection, backend: backend,
+            settings: .init(
+                mode: mode, policy: policy, defaults: configuration.session,
+                journal: SessionJournal(directory: stateDir),
+                authority: ListsOnlyAuthority(
+                    reason: "not admitted by the configuration, and polkit is not consulted in \(mode.rawValue) mode")),
+            logger: logger)
+        try await service.start()
+        let reply = try await connection.requestName(GuidedAccessService.busName)
+        guard reply == .primaryOwner else {
+            logger.critical(
+                "cannot own \(GuidedAccessService.busName) on the \(bus): \(reply) (is another guidedaccessd running?)")
+            return 1
+        }
+        logger.info("ready: \(GuidedAccessService.busName) on the \(bus), \(mode.rawValue) mode, state in \(stateDir)")
+        await connection.waitUntilDisconnected()
+        logger.notice("the bus connection is gone; exiting with the session kept in the journal")
+        return 0
+    } catch {
+        logger.critical("\(error)")
+        return 1
+    }
+}
 
 let loop = EventLoop()
 loop.handleSignals([SIGTERM, SIGINT]) { signal in
@@ -135,24 +168,7 @@ loop.handleSignals([SIGTERM, SIGINT]) { signal in
 loop.start()
 
 let bus: Bus = address.map { .address($0) } ?? (mode == .system ? .system : .session)
-do {
-    let connection = try await Connection.connect(to: bus, loop: loop, logger: logger)
-    let service = GuidedAccessService(
-        connection: connection, backend: backend,
-        settings: .init(
-            mode: mode, policy: policy, defaults: configuration.session,
-            journal: SessionJournal(directory: stateDir),
-            authority: ListsOnlyAuthority(reason: "not admitted by the configuration, and polkit is not consulted in \(mode.rawValue) mode")),
-        logger: logger)
-    try await service.start()
-    let reply = try await connection.requestName(GuidedAccessService.busName)
-    guard reply == .primaryOwner else {
-        fail("cannot own \(GuidedAccessService.busName) on the \(bus): \(reply) (is another guidedaccessd running?)")
-    }
-    logger.info("ready: \(GuidedAccessService.busName) on the \(bus), \(mode.rawValue) mode, state in \(stateDir)")
-    await connection.waitUntilDisconnected()
-    logger.notice("the bus connection is gone; exiting with the session kept in the journal")
-    exit(0)
-} catch {
-    fail("\(error)")
-}
+exit(
+    await Task(executorPreference: loop) { [configuration, mode, policy, stateDir, bus] in
+        await serve(configuration: configuration, mode: mode, policy: policy, stateDir: stateDir, bus: bus, loop: loop)
+    }.value)
