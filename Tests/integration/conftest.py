@@ -314,3 +314,60 @@ def pump(condition, timeout):
 def pump_for(seconds):
     """Runs the default GLib main context for `seconds`."""
     pump(lambda: False, seconds)
+
+
+# ---------------------------------------------------------------- guidedaccessd
+# Fixtures for the daemon's tests (test_ga_*.py); the helpers are in
+# gadaemon.py, which stress_kill.py shares.
+
+
+@pytest.fixture
+def ga_env(request):
+    """A private session bus with real dconf (D-Bus-activated dconf-service)
+    and a private HOME/XDG_* for the daemon and every client."""
+    import gadaemon
+
+    env = gadaemon.GAEnv()
+    # The report hook above attaches env.logs() when the test fails.
+    if not hasattr(request.node, "_dbus_buses"):
+        request.node._dbus_buses = []
+    request.node._dbus_buses.append(env)
+    yield env
+    env.stop()
+
+
+def start_guidedaccessd(env, **kwargs):
+    try:
+        return env.start_daemon(**kwargs)
+    except FileNotFoundError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture
+def gad(ga_env):
+    """guidedaccessd --user on ga_env's bus, owning its name."""
+    return start_guidedaccessd(ga_env)
+
+
+@pytest.fixture
+def rec(ga_env, gad):
+    """A dbus-python connection recording the daemon's signals and replies."""
+    import gadaemon
+
+    return gadaemon.Recorder(ga_env)
+
+
+@pytest.fixture
+def errmon(ga_env, gad):
+    """A bus monitor that tells the error names of busctl calls."""
+    import gadaemon
+
+    return gadaemon.ErrorMonitor(ga_env)
+
+
+@pytest.fixture
+def errmon_factory(ga_env):
+    """For tests that start the daemon themselves: makes an ErrorMonitor."""
+    import gadaemon
+
+    return lambda: gadaemon.ErrorMonitor(ga_env)

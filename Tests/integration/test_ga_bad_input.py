@@ -1,0 +1,150 @@
+"""guidedaccessd: bad input gets a clear error naming the offending value,
+changes nothing, and the service stays up (Ping afterwards).
+Contract: ../shared/spec/dbus-api.md (Errors, Error order)."""
+
+import dbus
+import pytest
+
+from gadaemon import (
+    DBUS_ERROR, GA_ERROR, IFACE, KEY_PATHS, NOBODY, PEER, PROPERTIES, assert_keys, busctl_features, busctl_options,
+)
+
+UNSET = {path: None for path in KEY_PATHS}
+
+
+def start(rec, **options):
+    rec.call("StartSession", "a{sv}", (dbus.Dictionary(options, signature="sv"),))
+
+
+def assert_alive_and_unchanged(ga_env, gad, rec, session_active):
+    assert gad.alive(), "guidedaccessd died"
+    rec.call("Ping", interface=PEER)
+    assert rec.prop("SessionActive") is session_active
+    assert_keys(ga_env.snapshot(), UNSET)
+
+
+@pytest.mark.parametrize("member,args", [
+    ("ConfigureForSession", ["s", "zoom"]),
+    ("ConfigureForSession", ["bas", "true", "1", "zoom"]),
+    ("StartSession", ["s", "features"]),
+    ("StartSession", ["a{ss}", "1", "features", "zoom"]),
+    ("RegisterRestrictions", ["a(ss)", "1", "a.b", "T"]),
+    ("SetRestrictionState", ["s", "a.b"]),
+    ("GetRestrictionState", ["u", "7"]),
+    ("EndSession", ["s", "now"]),
+], ids=lambda v: v if isinstance(v, str) else v[0])
+def test_wrong_signature_from_busctl_is_invalid_args(ga_env, gad, rec, errmon, member, args):
+    name, message = errmon.busctl_error(gad, member, *args)
+    assert name == DBUS_ERROR + "InvalidArgs", message
+    assert args[0] in message, f"the message does not name the signature sent ({args[0]}): {message}"
+    assert_alive_and_unchanged(ga_env, gad, rec, False)
+
+
+def test_unknown_feature_is_unknown_feature_naming_it(ga_env, gad, rec):
+    start(rec)
+    name, message = rec.error("ConfigureForSession", "asb", (["zoom", "warp-drive"], True))
+    assert name == GA_ERROR + "UnknownFeature", message
+    assert "warp-drive" in message, message
+    assert rec.prop("EnabledFeatures") == []  # all or nothing
+    assert_alive_and_unchanged(ga_env, gad, rec, True)
+
+
+def test_unknown_feature_in_start_session_starts_no_session(ga_env, gad, rec):
+    name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["zoom", "Zoom"], signature="s")},))
+    assert name == GA_ERROR + "UnknownFeature", message
+    assert "Zoom" in message, message
+    assert_alive_and_unchanged(ga_env, gad, rec, False)
+
+
+def test_unknown_feature_from_busctl_is_unknown_feature(ga_env, gad, rec, errmon):
+    name, message = errmon.busctl_error(gad, "StartSession", *busctl_options(features=["telepathy"]))
+    assert name == GA_ERROR + "UnknownFeature", message
+    assert "telepathy" in message, message
+    assert_alive_and_unchanged(ga_env, gad, rec, False)
+
+
+def test_unknown_option_key_is_invalid_args_naming_it(ga_env, gad, rec):
+    name, message = rec.error("StartSession", "a{sv}", ({"color": dbus.String("red")},))
+    assert name == DBUS_ERROR + "InvalidArgs", message
+    assert "color" in message, message
+    assert_alive_and_unchanged(ga_env, gad, rec, False)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("time-limit", dbus.String("2")),
+    ("time-limit", dbus.Int32(2)),
+    ("features", dbus.String("zoom")),
+    ("zoom-factor", dbus.Int32(4)),
+    ("inhibit-sleep", dbus.String("yes")),
+], ids=["time-limit-s", "time-limit-i", "features-s", "zoom-factor-i", "inhibit-sleep-s"])
+def test_option_of_the_wrong_type_is_invalid_args_naming_it(ga_env, gad, rec, key, value):
+    name, message = rec.error("StartSession", "a{sv}", ({key: value},))
+    assert name == DBUS_ERROR + "InvalidArgs", message
+    assert key in message, message
+    assert_alive_and_unchanged(ga_env, gad, rec, False)
+
+
+@pytest.mark.parametrize("key,value,shown", [
+    ("zoom-factor", 40.0, "40"),
+    ("zoom-factor", 0.5, "0.5"),
+    ("text-scale", 3.5, "3.5"),
+    ("text-scale", 0.9, "0.9"),
+], ids=["zoom-40", "zoom-0.5", "text-3.5", "text-0.9"])
+def test_out_of_range_factor_is_invalid_args_naming_it(ga_env, gad, rec, key, value, shown):
+    name, message = rec.error("StartSession", "a{sv}", ({key: dbus.Double(value),
+                                                         "features": dbus.Array(["zoom", "large-text"], signature="s")},))
+    assert name == DBUS_ERROR + "InvalidArgs", message
+    assert shown in message, message
+    assert_alive_and_unchanged(ga_env, gad, rec, False)
+
+
+def test_zoom_factor_40_from_gdbus_is_invalid_args(ga_env, gad, rec):
+    rc, out, err = ga_env.gdbus_call("StartSession", "{'zoom-factor': <40.0>, 'features': <['zoom']>}")
+    assert rc != 0, out
+    assert "GDBus.Error:org.freedesktop.DBus.Error.InvalidArgs" in err, err
+    assert "40" in err.split("InvalidArgs", 1)[1], err
+    assert_alive_and_unchanged(ga_env, gad, rec, False)
+
+
+def test_empty_feature_list_is_invalid_args(ga_env, gad, rec):
+    start(rec)
+    name, message = rec.error("ConfigureForSession", "asb", (dbus.Array([], signature="s"), True))
+    assert name == DBUS_ERROR + "InvalidArgs", message
+    assert_alive_and_unchanged(ga_env, gad, rec, True)
+
+
+def test_error_order_unknown_feature_before_not_in_session(ga_env, gad, rec):
+    name, message = rec.error("ConfigureForSession", "asb", (["warp-drive"], True))
+    assert name == GA_ERROR + "UnknownFeature", message
+
+
+def test_error_order_arguments_before_authorization(ga_env, gad, rec, errmon):
+    name, message = errmon.busctl_error(gad, "ConfigureForSession", *busctl_features(["warp-drive"], True),
+                                        prefix=NOBODY)
+    assert name == GA_ERROR + "UnknownFeature", message
+
+
+def test_error_order_authorization_before_session_state(ga_env, gad, rec, errmon):
+    name, message = errmon.busctl_error(gad, "ConfigureForSession", *busctl_features(["zoom"], True), prefix=NOBODY)
+    assert name == GA_ERROR + "NotAuthorized", message  # not NotInSession
+
+
+def test_unknown_method_is_unknown_method(ga_env, gad, rec):
+    name, message = rec.error("StopEverything")
+    assert name == DBUS_ERROR + "UnknownMethod", message
+    assert_alive_and_unchanged(ga_env, gad, rec, False)
+
+
+def test_unknown_property_is_unknown_property(ga_env, gad, rec):
+    name, message = rec.error("Get", "ss", (IFACE, "Passcode"), interface=PROPERTIES)
+    assert name == DBUS_ERROR + "UnknownProperty", message
+    assert "Passcode" in message, message
+
+
+def test_oversized_identifiers_in_many_calls_leave_the_service_up(ga_env, gad, rec):
+    for size in (256, 1000, 10000, 100000):
+        name, message = rec.error("RegisterRestrictions", "a(sss)", ([("x" * size, "T", "")],))
+        assert name == DBUS_ERROR + "InvalidArgs", (size, message)
+        name, message = rec.error("GetRestrictionState", "s", ("x" * size,))
+        assert name in (GA_ERROR + "UnknownRestriction", DBUS_ERROR + "InvalidArgs"), (size, message)
+    assert_alive_and_unchanged(ga_env, gad, rec, False)

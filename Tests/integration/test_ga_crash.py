@@ -1,0 +1,95 @@
+"""guidedaccessd: kill -9 and restart. A session survives a restart; the
+same identity resumes it; EndSession restores every key; and kill -9 at
+random points of a start/configure/end loop never leaves a key wrong.
+Contract: ../shared/spec/dbus-api.md (Restarts and failures).
+The long version: stress_kill.py (not collected by pytest)."""
+
+import os
+import random
+import time
+
+from gadaemon import (
+    assert_keys,
+    A11Y_APPS, DESKTOP_IFACE, KEY_PATHS, MAGNIFIER, Recorder, busctl_options, expected_values, kill_loop,
+)
+
+UNSET = {path: None for path in KEY_PATHS}
+THREE = ["grayscale", "screen-reader", "zoom"]
+
+
+def ok(result):
+    rc, out, err = result
+    assert rc == 0, err
+    return out
+
+
+def session_with_three_features_then_kill9(ga_env, gad):
+    ok(ga_env.busctl_call("StartSession", *busctl_options(features=THREE, zoom_factor=("d", 5.0))))
+    on = ga_env.snapshot()
+    assert_keys(on, {**UNSET, **expected_values(THREE, zoom_factor=5.0)})
+    gad.restart_after_kill9()
+    return on, Recorder(ga_env)
+
+
+def test_session_survives_kill_9_with_its_features_and_keys(ga_env, gad):
+    on, rec = session_with_three_features_then_kill9(ga_env, gad)
+    props = rec.props()
+    assert (props["SessionActive"], props["EnabledFeatures"], props["SessionOwner"]) == (True, THREE, "")
+    assert_keys(ga_env.snapshot(), on)
+
+
+def test_start_session_by_the_same_identity_after_kill_9_resumes(ga_env, gad):
+    on, rec = session_with_three_features_then_kill9(ga_env, gad)
+    rec.clear()
+    ok(ga_env.busctl_call("StartSession", *busctl_options()))
+    rec.settle()
+    assert [e for e in rec.events if e[0] == "SessionChanged"] == [("SessionChanged", True, "resumed")]
+    assert rec.prop("EnabledFeatures") == THREE
+    assert_keys(ga_env.snapshot(), on)
+
+
+def test_end_session_after_kill_9_restores_every_key(ga_env, gad):
+    ga_env.gsettings_set(MAGNIFIER, "mag-factor", "3.0")
+    ga_env.gsettings_set(A11Y_APPS, "screen-reader-enabled", "false")
+    baseline = ga_env.snapshot()
+    session_with_three_features_then_kill9(ga_env, gad)
+    ok(ga_env.busctl_call("EndSession"))
+    assert_keys(ga_env.snapshot(), baseline)
+
+
+def test_time_limit_that_passed_while_down_ends_the_session_at_start_up(ga_env, gad):
+    ok(ga_env.busctl_call("StartSession", *busctl_options(features=["invert-colors"], time_limit=("t", 1))))
+    gad.kill9()
+    time.sleep(1.5)
+    gad.start()
+    rec = Recorder(ga_env)
+    assert rec.prop("SessionActive") is False
+    assert_keys(ga_env.snapshot(), UNSET)
+
+
+def test_kill_9_at_random_points_of_a_session_loop_leaves_no_key_wrong(ga_env, gad):
+    # A baseline with user-set values among unset keys.
+    ga_env.gsettings_set(MAGNIFIER, "mag-factor", "3.0")
+    ga_env.gsettings_set(DESKTOP_IFACE, "enable-animations", "true")
+    ga_env.gsettings_set(A11Y_APPS, "screen-reader-enabled", "false")
+    baseline = ga_env.snapshot()
+    seed = int(os.environ.get("GA_SEED", random.randrange(1 << 30)))
+    kills = int(os.environ.get("GA_KILLS", 24))
+    lines = []
+    try:
+        stats = kill_loop(ga_env, gad, kills, random.Random(seed), baseline, log=lines.append)
+    except (AssertionError, RuntimeError, TimeoutError) as error:
+        raise AssertionError(f"GA_SEED={seed}: {type(error).__name__}: {error}\n" + "\n".join(lines[-5:])) from None
+    assert stats["kills"] >= 20
+    # The loop must really have hit sessions: otherwise it tested nothing.
+    assert stats["session_active_after_restart"] >= kills // 4, (seed, stats)
+    assert stats["keys_on_after_restart"] >= kills // 5, (seed, stats)
+
+
+def test_time_limit_still_ends_the_session_after_a_restart_before_it(ga_env, gad):
+    ok(ga_env.busctl_call("StartSession", *busctl_options(features=["grayscale"], time_limit=("t", 2))))
+    gad.restart_after_kill9()
+    rec = Recorder(ga_env)
+    assert rec.prop("SessionActive") is True
+    assert rec.wait_for(("SessionChanged", False, "time-limit"), 5), rec.events
+    assert_keys(ga_env.snapshot(), UNSET)
