@@ -27,6 +27,9 @@ from pathlib import Path
 
 import pytest
 
+# GLib pumping lives with the daemon helpers; the D-Bus layer's tests use it too.
+from gadaemon import pump, pump_for  # noqa: F401
+
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
 SERVICE_BINARY = Path(
@@ -294,26 +297,6 @@ def dbus_connection(bus, service):
     connection = dbus.bus.BusConnection(bus.address, mainloop=DBusGMainLoop())
     yield connection
     connection.close()
-
-
-def pump(condition, timeout):
-    """Runs the default GLib main context until condition() is true or
-    `timeout` seconds have passed; returns condition()."""
-    from gi.repository import GLib
-
-    context = GLib.MainContext.default()
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return condition()
-        if not context.iteration(False):
-            time.sleep(0.001)
-    return True
-
-
-def pump_for(seconds):
-    """Runs the default GLib main context for `seconds`."""
-    pump(lambda: False, seconds)
 
 
 # ---------------------------------------------------------------- guidedaccessd

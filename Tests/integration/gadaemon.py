@@ -515,6 +515,8 @@ class Daemon:
 
 
 def pump(condition, timeout):
+    """Runs the default GLib main context until condition() is true or
+    `timeout` seconds have passed; returns condition()."""
     from gi.repository import GLib
 
     context = GLib.MainContext.default()
@@ -528,6 +530,7 @@ def pump(condition, timeout):
 
 
 def pump_for(seconds):
+    """Runs the default GLib main context for `seconds`."""
     pump(lambda: False, seconds)
 
 
