@@ -22,16 +22,19 @@ public actor GuidedAccessService {
         public var defaults: SessionDefaults
         public var journal: SessionJournal
         public var authority: any Authority
+        /// The system bus, for logind's sleep inhibitor; nil when there is none.
+        public var systemBus: @Sendable () async -> Connection?
 
         public init(
             mode: ServiceMode, policy: AccessPolicy, defaults: SessionDefaults, journal: SessionJournal,
-            authority: any Authority
+            authority: any Authority, systemBus: @escaping @Sendable () async -> Connection? = { nil }
         ) {
             self.mode = mode
             self.policy = policy
             self.defaults = defaults
             self.journal = journal
             self.authority = authority
+            self.systemBus = systemBus
         }
     }
 
@@ -47,6 +50,7 @@ public actor GuidedAccessService {
     var registry = RestrictionRegistry()
     var deadlineTask: Task<Void, Never>?
     var ownerWatch: SubscriptionToken?
+    let inhibitor: SleepInhibitor
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
 
@@ -56,6 +60,7 @@ public actor GuidedAccessService {
         self.settings = settings
         self.logger = logger
         backendName = backend.name
+        inhibitor = SleepInhibitor(systemBus: settings.systemBus, logger: logger)
         (supported, keyMap) = FeatureKeyMap.probe { backend.availability(of: $0.key, for: $0.exampleValue) == .available }
     }
 
@@ -104,6 +109,7 @@ public actor GuidedAccessService {
         }
         if let owner = recovered.owner { await watchOwner(owner) }
         scheduleDeadline()
+        if recovered.inhibitSleep { await inhibitor.acquire() }
     }
 
     // MARK: The interface
@@ -188,6 +194,7 @@ public actor GuidedAccessService {
                 "session started by \(caller.uniqueName) (\(caller.identity.ownerIdentity)), features \(new.features.sortedWireNames)")
             await watchOwner(caller.uniqueName)
             scheduleDeadline()
+            if new.inhibitSleep { await inhibitor.acquire() }
             await announce()
             await emit("SessionChanged", [.bool(true), .string("started")])
         case .asOwner, .needsOperator:
@@ -255,6 +262,7 @@ public actor GuidedAccessService {
         deadlineTask = nil
         if let ownerWatch { await connection.unsubscribe(ownerWatch) }
         ownerWatch = nil
+        inhibitor.release()
         do {
             try settings.journal.record(JournalState(session: nil, restrictions: registry.restrictions))
         } catch {

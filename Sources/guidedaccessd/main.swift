@@ -133,13 +133,20 @@ func serve(
     }
     do {
         let connection = try await Connection.connect(to: bus, loop: loop, logger: logger)
+        // System mode: polkit and logind are on the service's own bus. User
+        // mode: polkit cannot vouch for session-bus names, so the lists
+        // decide alone; logind is reached on the system bus, if there is one.
+        let authority: any Authority =
+            mode == .system
+            ? PolkitAuthority(connection: connection)
+            : ListsOnlyAuthority(reason: "not admitted by the configuration (user mode consults no polkit)")
+        let systemBus = SystemBusLink(mode == .system ? connection : nil, loop: loop)
         let service = GuidedAccessService(
             connection: connection, backend: backend,
             settings: .init(
                 mode: mode, policy: policy, defaults: configuration.session,
-                journal: SessionJournal(directory: stateDir),
-                authority: ListsOnlyAuthority(
-                    reason: "not admitted by the configuration, and polkit is not consulted in \(mode.rawValue) mode")),
+                journal: SessionJournal(directory: stateDir), authority: authority,
+                systemBus: { await systemBus.connection() }),
             logger: logger)
         try await service.start()
         let reply = try await connection.requestName(GuidedAccessService.busName)
@@ -155,6 +162,29 @@ func serve(
     } catch {
         logger.critical("\(error)")
         return 1
+    }
+}
+
+/// The system bus, connected once when first needed (user mode: for logind).
+actor SystemBusLink {
+    private var link: Connection?
+    private var tried = false
+    private let loop: EventLoop
+    /// On the loop, like everything else: the global pool stays unused.
+    nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
+
+    init(_ connection: Connection?, loop: EventLoop) {
+        link = connection
+        tried = connection != nil
+        self.loop = loop
+    }
+
+    func connection() async -> Connection? {
+        if !tried {
+            tried = true
+            link = try? await Connection.connect(to: .system, loop: loop, logger: logger)
+        }
+        return link
     }
 }
 

@@ -1,0 +1,192 @@
+"""guidedaccessd --system with polkit and logind as python-dbusmock templates.
+
+The private bus of each test stands in for the system bus: the mocks own
+org.freedesktop.PolicyKit1 and org.freedesktop.login1 on it, and the daemon
+runs in system mode on it (memory backend: the dconf lockdown has tests of
+its own). Callers other than root come from `setpriv --reuid=65534`.
+"""
+
+import subprocess
+import sys
+import time
+
+import dbus
+import pytest
+
+from conftest import start_guidedaccessd
+
+NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+POLKIT = ("org.freedesktop.PolicyKit1", "/org/freedesktop/PolicyKit1/Authority")
+LOGIND = ("org.freedesktop.login1", "/org/freedesktop/login1")
+START = "org.guidedaccess.GuidedAccess1.start-session"
+END = "org.guidedaccess.GuidedAccess1.end-session"
+MANAGE = "org.guidedaccess.GuidedAccess1.manage-restrictions"
+
+pytest.importorskip("dbusmock", reason="python-dbusmock is installed by scripts/install-deps into .venv")
+
+
+def start_mock(env, template):
+    """python -m dbusmock --template TEMPLATE on the test's bus; returns once
+    its name is owned."""
+    name = {"polkitd": POLKIT[0], "logind": LOGIND[0]}[template]
+    log = open(env.root / f"mock-{template}.log", "wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dbusmock", "--session", "--template", template],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env.env)
+    env._extra_processes.append(process)
+    bus = dbus.bus.BusConnection(env.address)
+    deadline = time.monotonic() + 10
+    while not bus.name_has_owner(name):
+        assert process.poll() is None, (env.root / f"mock-{template}.log").read_text()
+        assert time.monotonic() < deadline, f"{template} mock did not start"
+        time.sleep(0.02)
+    return bus.get_object(name, POLKIT[1] if template == "polkitd" else LOGIND[1])
+
+
+@pytest.fixture
+def system_daemon(ga_env):
+    config = ga_env.write_config("[Service]\nBackend=memory\n")
+    return lambda: start_guidedaccessd(ga_env, config=config, args=("--system",))
+
+
+def argv_mode(daemon):
+    # The fixture's daemon is started with --user first; --system given after
+    # it wins, as with any repeated flag.
+    return daemon.argv
+
+
+def session_active(env):
+    code, out, _ = env.busctl("get-property", "org.guidedaccess.GuidedAccess1", "/org/guidedaccess/GuidedAccess1",
+                              "org.guidedaccess.GuidedAccess1", "SessionActive")
+    assert code == 0, out
+    return out.strip() == "b true"
+
+
+def start_as_nobody(env, options=("0",), interactive=False):
+    # busctl allows interactive authorization unless told not to.
+    flag = "--allow-interactive-authorization=" + ("yes" if interactive else "no")
+    return env.busctl_call("StartSession", "a{sv}", *options, prefix=NOBODY, options=(flag,))
+
+
+def test_polkit_grant_admits_a_caller_not_on_the_lists(ga_env, system_daemon):
+    polkit = start_mock(ga_env, "polkitd")
+    polkit.SetAllowed([START], dbus_interface="org.freedesktop.DBus.Mock")
+    system_daemon()
+    code, out, err = start_as_nobody(ga_env)
+    assert code == 0, err
+    assert session_active(ga_env)
+
+
+def test_polkit_denial_is_not_authorized_and_changes_nothing(ga_env, system_daemon):
+    start_mock(ga_env, "polkitd")  # allows nothing
+    system_daemon()
+    code, _, err = start_as_nobody(ga_env)
+    assert code != 0
+    assert "polkit does not allow" in err and START in err, err
+    assert not session_active(ga_env)
+
+
+def test_polkit_not_answering_is_denied_within_its_timeout(ga_env, system_daemon):
+    polkit = start_mock(ga_env, "polkitd")
+    polkit.SimulateHang(True, dbus_interface="org.freedesktop.DBus.Mock")
+    system_daemon()
+    began = time.monotonic()
+    code, _, err = start_as_nobody(ga_env)
+    took = time.monotonic() - began
+    assert code != 0
+    assert "did not answer in time" in err, err
+    assert 4 < took < 10, took
+    assert not session_active(ga_env)
+
+
+def test_an_interactive_caller_waits_longer_for_polkit_than_a_non_interactive_one(ga_env, system_daemon):
+    polkit = start_mock(ga_env, "polkitd")
+    polkit.SetDelay(dbus.Double(6.0), dbus_interface="org.freedesktop.DBus.Mock")
+    polkit.SetAllowed([START], dbus_interface="org.freedesktop.DBus.Mock")
+    system_daemon()
+    code, _, err = start_as_nobody(ga_env, interactive=True)
+    assert code == 0, err
+    assert session_active(ga_env)
+
+
+def test_polkit_absent_is_denied_saying_so(ga_env, system_daemon):
+    system_daemon()
+    code, _, err = start_as_nobody(ga_env)
+    assert code != 0
+    assert "polkit is not available" in err, err
+    assert not session_active(ga_env)
+
+
+def test_root_is_client_and_operator_without_polkit(ga_env, system_daemon):
+    system_daemon()  # no polkit on the bus at all
+    code, _, err = ga_env.busctl_call("StartSession", "a{sv}", "0")
+    assert code == 0, err
+    code, _, err = ga_env.busctl_call("EndSession")
+    assert code == 0, err
+
+
+def test_end_session_by_a_non_operator_asks_polkit_for_end_session(ga_env, system_daemon):
+    polkit = start_mock(ga_env, "polkitd")
+    polkit.SetAllowed([START], dbus_interface="org.freedesktop.DBus.Mock")
+    system_daemon()
+    code, _, err = ga_env.busctl_call("StartSession", "a{sv}", "0")  # root's session
+    assert code == 0, err
+    code, _, err = ga_env.busctl_call("EndSession", prefix=NOBODY)
+    assert code != 0 and END in err, err
+    assert session_active(ga_env)
+    polkit.SetAllowed([START, END], dbus_interface="org.freedesktop.DBus.Mock")
+    code, _, err = ga_env.busctl_call("EndSession", prefix=NOBODY)
+    assert code == 0, err
+    assert not session_active(ga_env)
+
+
+def test_set_restriction_state_by_a_non_operator_asks_polkit_for_manage_restrictions(ga_env, system_daemon):
+    polkit = start_mock(ga_env, "polkitd")
+    system_daemon()
+    assert ga_env.busctl_call("RegisterRestrictions", "a(sss)", "1", "org.example.print", "Printing", "")[0] == 0
+    assert ga_env.busctl_call("StartSession", "a{sv}", "0")[0] == 0
+    code, _, err = ga_env.busctl_call("SetRestrictionState", "ss", "org.example.print", "deny", prefix=NOBODY)
+    assert code != 0 and MANAGE in err, err
+    polkit.SetAllowed([MANAGE], dbus_interface="org.freedesktop.DBus.Mock")
+    code, _, err = ga_env.busctl_call("SetRestrictionState", "ss", "org.example.print", "deny", prefix=NOBODY)
+    assert code == 0, err
+    code, out, _ = ga_env.busctl_call("GetRestrictionState", "s", "org.example.print")
+    assert out.strip() == 's "deny"'
+
+
+def inhibitors(logind):
+    return [tuple(map(str, i[:4])) for i in logind.ListInhibitors(dbus_interface="org.freedesktop.login1.Manager")]
+
+
+def wait_for(condition, timeout=3.0):
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
+def test_a_session_holds_a_sleep_idle_inhibitor_and_releases_it_at_the_end(ga_env, system_daemon):
+    logind = start_mock(ga_env, "logind")
+    system_daemon()
+    assert inhibitors(logind) == []
+    assert ga_env.busctl_call("StartSession", "a{sv}", "0")[0] == 0
+    assert wait_for(lambda: inhibitors(logind) != [])
+    [(what, who, _, mode)] = inhibitors(logind)
+    assert (what, who, mode) == ("sleep:idle", "GuidedAccess", "block")
+    assert ga_env.busctl_call("EndSession")[0] == 0
+    assert wait_for(lambda: inhibitors(logind) == []), inhibitors(logind)
+
+
+def test_inhibit_sleep_false_takes_no_inhibitor(ga_env, system_daemon):
+    logind = start_mock(ga_env, "logind")
+    system_daemon()
+    assert ga_env.busctl_call("StartSession", "a{sv}", "1", "inhibit-sleep", "b", "false")[0] == 0
+    time.sleep(0.3)
+    assert inhibitors(logind) == []
+
+
+def test_logind_absent_is_logged_and_the_session_starts(ga_env, system_daemon):
+    daemon = system_daemon()
+    assert ga_env.busctl_call("StartSession", "a{sv}", "0")[0] == 0
+    assert session_active(ga_env)
+    assert wait_for(lambda: "no sleep inhibitor" in daemon.log())
