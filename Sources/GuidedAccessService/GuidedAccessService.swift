@@ -24,11 +24,14 @@ public actor GuidedAccessService {
         public var authority: any Authority
         /// The system bus, for logind's sleep inhibitor; nil when there is none.
         public var systemBus: @Sendable () async -> Connection?
+        public var audit: AuditLog
 
         public init(
             mode: ServiceMode, policy: AccessPolicy, defaults: SessionDefaults, journal: SessionJournal,
-            authority: any Authority, systemBus: @escaping @Sendable () async -> Connection? = { nil }
+            authority: any Authority, audit: AuditLog,
+            systemBus: @escaping @Sendable () async -> Connection? = { nil }
         ) {
+            self.audit = audit
             self.mode = mode
             self.policy = policy
             self.defaults = defaults
@@ -119,29 +122,29 @@ public actor GuidedAccessService {
             Self.interfaceName,
             methods: [
                 Method("StartSession", inputs: [Argument("options", "a{sv}")]) { [self] call in
-                    try await startSession(call)
+                    try await audited(call) { try await self.startSession(call) }
                     return []
                 },
                 Method("EndSession") { [self] call in
-                    try await endSessionCall(call)
+                    try await audited(call) { try await self.endSessionCall(call) }
                     return []
                 },
                 Method("ConfigureForSession", inputs: [Argument("features", "as"), Argument("enabled", "b")]) {
                     [self] call in
-                    try await configureForSession(call)
+                    try await audited(call) { try await self.configureForSession(call) }
                     return []
                 },
                 Method("RegisterRestrictions", inputs: [Argument("restrictions", "a(sss)")]) { [self] call in
-                    try await registerRestrictions(call)
+                    try await audited(call) { try await self.registerRestrictions(call) }
                     return []
                 },
                 Method("UnregisterRestrictions", inputs: [Argument("identifiers", "as")]) { [self] call in
-                    try await unregisterRestrictions(call)
+                    try await audited(call) { try await self.unregisterRestrictions(call) }
                     return []
                 },
                 Method("SetRestrictionState", inputs: [Argument("identifier", "s"), Argument("state", "s")]) {
                     [self] call in
-                    try await setRestrictionState(call)
+                    try await audited(call) { try await self.setRestrictionState(call) }
                     return []
                 },
                 Method(
@@ -192,6 +195,12 @@ public actor GuidedAccessService {
             session = new
             logger.notice(
                 "session started by \(caller.uniqueName) (\(caller.identity.ownerIdentity)), features \(new.features.sortedWireNames)")
+            settings.audit.record(
+                .sessionStarted, caller: caller.identity, "guided access session started by \(caller.identity.ownerIdentity)",
+                fields: [
+                    "OWNER": caller.uniqueName, "FEATURES": new.features.sortedWireNames.joined(separator: " "),
+                    "DEADLINE_USEC": String(new.deadlineUsec),
+                ])
             await watchOwner(caller.uniqueName)
             scheduleDeadline()
             if new.inhibitSleep { await inhibitor.acquire() }
@@ -222,6 +231,13 @@ public actor GuidedAccessService {
         try write(change, into: &new)
         session = new
         logger.info("features \(enabled ? "on" : "off"): \(requested.sortedWireNames); now \(features.sortedWireNames)")
+        settings.audit.record(
+            .featuresChanged, caller: caller.identity,
+            "features \(requested.sortedWireNames.joined(separator: ", ")) turned \(enabled ? "on" : "off")",
+            fields: [
+                "CHANGED": requested.sortedWireNames.joined(separator: " "), "ENABLED": enabled ? "true" : "false",
+                "FEATURES": features.sortedWireNames.joined(separator: " "),
+            ])
         await announce()
     }
 
@@ -244,12 +260,12 @@ public actor GuidedAccessService {
         case .asOwner, .start:
             break
         }
-        try await endSession(reason: reason)
+        try await endSession(reason: reason, by: caller)
     }
 
     /// Puts every written key back, resets the restrictions, forgets the
     /// session. On a backend failure the session stays, nothing is lost.
-    func endSession(reason: String) async throws {
+    func endSession(reason: String, by endedBy: BusCaller? = nil) async throws {
         guard let ending = session else { throw GuidedAccessError.notInSession("no session is active") }
         do {
             try backend.apply(ending.restoringChanges)
@@ -271,6 +287,9 @@ public actor GuidedAccessService {
             logger.error("cannot record the end of the session: \(error)")
         }
         logger.notice("session ended (\(reason)); \(ending.snapshot.count) keys restored")
+        settings.audit.record(
+            .sessionEnded, caller: endedBy?.identity, "guided access session ended (\(reason))",
+            fields: ["REASON": reason, "RESTORED_KEYS": String(ending.snapshot.count)])
         for identifier in reset { await emit("RestrictionChanged", [.string(identifier), .string("allow")]) }
         await announce()
         await emit("SessionChanged", [.bool(false), .string(reason)])
@@ -319,6 +338,9 @@ public actor GuidedAccessService {
         try record(taken)
         session = taken
         logger.notice("session taken over by \(caller.uniqueName) (\(caller.identity.ownerIdentity))")
+        settings.audit.record(
+            .sessionResumed, caller: caller.identity, "guided access session resumed by \(caller.identity.ownerIdentity)",
+            fields: ["OWNER": caller.uniqueName])
         await watchOwner(caller.uniqueName)
         await announce()
     }
@@ -433,6 +455,9 @@ public actor GuidedAccessService {
         guard try updated.setState(state, of: identifier) else { return }
         try commit(updated)
         logger.info("restriction \(identifier) is now \(state) (by \(caller.uniqueName))")
+        settings.audit.record(
+            .restrictionChanged, caller: caller.identity, "restriction \(identifier) set to \(state)",
+            fields: ["RESTRICTION": identifier, "STATE": state.rawValue])
         await emit("RestrictionChanged", [.string(identifier), .string(state.rawValue)])
     }
 
@@ -482,6 +507,25 @@ public actor GuidedAccessService {
             executablePath: pid == 0 ? nil : ProcessInfo.executable(of: pid),
             systemdUnit: pid == 0 ? nil : ProcessInfo.systemdUnit(of: pid))
         return BusCaller(uniqueName: call.sender, identity: identity)
+    }
+
+    /// Runs a handler; a refusal (NotAuthorized, interactive authorization
+    /// required) leaves an audit record naming the caller.
+    private func audited(_ call: MethodCall, _ body: () async throws -> Void) async throws {
+        do {
+            try await body()
+        } catch let error as GuidedAccessError {
+            switch error {
+            case .notAuthorized, .interactiveAuthorizationRequired:
+                let caller = try? await identify(call)
+                settings.audit.record(
+                    .callDenied, caller: caller?.identity, "\(call.member) by \(call.sender) denied: \(error.message)",
+                    fields: ["METHOD": call.member, "ERROR": error.dbusErrorName])
+            default:
+                break
+            }
+            throw error
+        }
     }
 
     private func admit(_ verdict: AccessVerdict, _ call: MethodCall) async throws {

@@ -146,6 +146,9 @@ func serve(
             settings: .init(
                 mode: mode, policy: policy, defaults: configuration.session,
                 journal: SessionJournal(directory: stateDir), authority: authority,
+                audit: AuditLog(
+                    socketPath: environment("GUIDEDACCESS_JOURNAL_SOCKET") ?? "/run/systemd/journal/socket",
+                    logger: logger),
                 systemBus: { await systemBus.connection() }),
             logger: logger)
         try await service.start()

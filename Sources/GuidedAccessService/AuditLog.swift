@@ -1,0 +1,89 @@
+import Glibc
+import GuidedAccessCore
+import Logging
+
+/// What the audit trail records: one structured journald record per event,
+/// with a stable MESSAGE_ID per kind so that `journalctl MESSAGE_ID=…` finds
+/// them all.
+public enum AuditEvent: String, Sendable, CaseIterable {
+    case sessionStarted, sessionResumed, sessionEnded, featuresChanged, restrictionChanged, callDenied
+
+    public var messageID: String {
+        switch self {
+        case .sessionStarted: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a51"
+        case .sessionResumed: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a52"
+        case .sessionEnded: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a53"
+        case .featuresChanged: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a54"
+        case .restrictionChanged: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a55"
+        case .callDenied: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a56"
+        }
+    }
+}
+
+/// Sends audit records to journald over its native protocol (a datagram of
+/// `KEY=value` fields to /run/systemd/journal/socket); where journald is
+/// absent, the record goes to the log (stderr) instead.
+public struct AuditLog: Sendable {
+    public let socketPath: String
+    let logger: Logger
+
+    public init(socketPath: String = "/run/systemd/journal/socket", logger: Logger) {
+        self.socketPath = socketPath
+        self.logger = logger
+    }
+
+    public func record(
+        _ event: AuditEvent, caller: CallerIdentity?, _ message: String, fields: [String: String] = [:]
+    ) {
+        var all: [(String, String)] = [
+            ("MESSAGE", message), ("MESSAGE_ID", event.messageID), ("PRIORITY", event == .callDenied ? "4" : "5"),
+            ("SYSLOG_IDENTIFIER", "guidedaccessd"), ("GUIDEDACCESS_EVENT", event.rawValue),
+        ]
+        if let caller {
+            all.append(("GUIDEDACCESS_CALLER_UID", String(caller.uid)))
+            all.append(("GUIDEDACCESS_CALLER_PID", String(caller.pid)))
+            all.append(("GUIDEDACCESS_CALLER_EXE", caller.executablePath ?? ""))
+            all.append(("GUIDEDACCESS_CALLER_UNIT", caller.systemdUnit ?? ""))
+        }
+        all += fields.sorted { $0.key < $1.key }.map { ("GUIDEDACCESS_" + $0.key, $0.value) }
+        if !send(all) {
+            let text = all.dropFirst().map { "\($0.0)=\($0.1)" }.joined(separator: " ")
+            logger.notice("audit: \(message) [\(text)]")
+        }
+    }
+
+    /// One datagram in journald's native format; values with a newline use
+    /// its binary form (name, newline, 64-bit little-endian length, value).
+    private func send(_ fields: [(String, String)]) -> Bool {
+        var datagram: [UInt8] = []
+        for (name, value) in fields {
+            let bytes = Array(value.utf8)
+            datagram += Array(name.utf8)
+            if bytes.contains(UInt8(ascii: "\n")) {
+                datagram.append(UInt8(ascii: "\n"))
+                var length = UInt64(bytes.count).littleEndian
+                withUnsafeBytes(of: &length) { datagram += $0 }
+            } else {
+                datagram.append(UInt8(ascii: "="))
+            }
+            datagram += bytes
+            datagram.append(UInt8(ascii: "\n"))
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let path = Array(socketPath.utf8)
+        guard path.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            for (i, byte) in path.enumerated() { buffer[i] = byte }
+        }
+        let sent = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                datagram.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), sa, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+        }
+        return sent == datagram.count
+    }
+}

@@ -1,0 +1,116 @@
+"""Audit records in journald's native protocol.
+
+The test binds the datagram socket journald would own and points the daemon
+at it (GUIDEDACCESS_JOURNAL_SOCKET), then parses what arrives the way
+journald does: KEY=value lines, or KEY, newline, 64-bit little-endian length
+and value for values with newlines.
+"""
+
+import socket
+import struct
+
+from conftest import start_guidedaccessd
+
+NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+IDS = {
+    "sessionStarted": "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a51",
+    "sessionResumed": "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a52",
+    "sessionEnded": "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a53",
+    "featuresChanged": "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a54",
+    "restrictionChanged": "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a55",
+    "callDenied": "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a56",
+}
+
+
+def parse(datagram):
+    fields, i = {}, 0
+    while i < len(datagram):
+        end = datagram.index(b"\n", i)
+        line = datagram[i:end]
+        if b"=" in line:
+            key, value = line.split(b"=", 1)
+            i = end + 1
+        else:
+            key = line
+            (length,) = struct.unpack("<Q", datagram[end + 1:end + 9])
+            value = datagram[end + 9:end + 9 + length]
+            i = end + 9 + length + 1
+        fields[key.decode()] = value.decode()
+    return fields
+
+
+class Journal:
+    def __init__(self, path):
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.socket.bind(str(path))
+        self.socket.settimeout(3)
+
+    def next(self):
+        return parse(self.socket.recv(65536))
+
+    def until(self, event):
+        while True:
+            record = self.next()
+            if record["GUIDEDACCESS_EVENT"] == event:
+                return record
+
+
+def daemon_with_journal(ga_env):
+    path = ga_env.root / "journal.socket"
+    journal = Journal(path)
+    start_guidedaccessd(ga_env, extra_env={"GUIDEDACCESS_JOURNAL_SOCKET": str(path)})
+    return journal
+
+
+def test_session_start_features_and_end_each_leave_a_record_with_the_caller(ga_env):
+    journal = daemon_with_journal(ga_env)
+    assert ga_env.busctl_call("StartSession", "a{sv}", "1", "features", "as", "1", "zoom")[0] == 0
+    started = journal.until("sessionStarted")
+    assert started["MESSAGE_ID"] == IDS["sessionStarted"]
+    assert started["GUIDEDACCESS_CALLER_UID"] == "0"
+    assert started["GUIDEDACCESS_CALLER_EXE"] == "/usr/bin/busctl"
+    assert started["GUIDEDACCESS_FEATURES"] == "zoom"
+    assert int(started["GUIDEDACCESS_CALLER_PID"]) > 0
+    assert started["SYSLOG_IDENTIFIER"] == "guidedaccessd"
+
+    assert ga_env.busctl_call("ConfigureForSession", "asb", "1", "grayscale", "true")[0] == 0
+    resumed = journal.until("sessionResumed")  # a new busctl process took the session over
+    assert resumed["MESSAGE_ID"] == IDS["sessionResumed"]
+    changed = journal.until("featuresChanged")
+    assert changed["MESSAGE_ID"] == IDS["featuresChanged"]
+    assert (changed["GUIDEDACCESS_CHANGED"], changed["GUIDEDACCESS_ENABLED"]) == ("grayscale", "true")
+    assert changed["GUIDEDACCESS_FEATURES"] == "grayscale zoom"
+
+    assert ga_env.busctl_call("EndSession")[0] == 0
+    ended = journal.until("sessionEnded")
+    assert (ended["MESSAGE_ID"], ended["GUIDEDACCESS_REASON"]) == (IDS["sessionEnded"], "ended")
+
+
+def test_a_restriction_change_leaves_a_record(ga_env):
+    journal = daemon_with_journal(ga_env)
+    assert ga_env.busctl_call("RegisterRestrictions", "a(sss)", "1", "org.example.print", "Printing", "")[0] == 0
+    assert ga_env.busctl_call("StartSession", "a{sv}", "0")[0] == 0
+    assert ga_env.busctl_call("SetRestrictionState", "ss", "org.example.print", "deny")[0] == 0
+    record = journal.until("restrictionChanged")
+    assert record["MESSAGE_ID"] == IDS["restrictionChanged"]
+    assert (record["GUIDEDACCESS_RESTRICTION"], record["GUIDEDACCESS_STATE"]) == ("org.example.print", "deny")
+
+
+def test_a_denied_call_leaves_a_record_naming_the_caller(ga_env):
+    journal = daemon_with_journal(ga_env)
+    code, _, _ = ga_env.busctl_call("StartSession", "a{sv}", "0", prefix=NOBODY)
+    assert code != 0
+    denied = journal.until("callDenied")
+    assert denied["MESSAGE_ID"] == IDS["callDenied"]
+    assert denied["GUIDEDACCESS_CALLER_UID"] == "65534"
+    assert denied["GUIDEDACCESS_METHOD"] == "StartSession"
+    assert denied["GUIDEDACCESS_ERROR"] == "org.guidedaccess.GuidedAccess1.Error.NotAuthorized"
+    assert denied["PRIORITY"] == "4"
+
+
+def test_without_journald_the_record_goes_to_the_log(ga_env):
+    daemon = start_guidedaccessd(
+        ga_env, extra_env={"GUIDEDACCESS_JOURNAL_SOCKET": str(ga_env.root / "no-journal.socket")})
+    assert ga_env.busctl_call("StartSession", "a{sv}", "0")[0] == 0
+    assert "audit: guided access session started" in daemon.log()
+    assert IDS["sessionStarted"] in daemon.log()
