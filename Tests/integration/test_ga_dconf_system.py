@@ -1,0 +1,106 @@
+"""System mode with the dconf backend: the session's values are imposed and
+locked through a dconf system database, which the kiosk user's real gsettings
+reads through a profile (`user-db:user`, then `file-db:` the test's database,
+as settings-mapping.md's recipe for tests without /etc).
+
+The test's private bus stands in for the system bus (dconf update sends its
+WritabilityNotify there); the user's own database is served by the real
+dconf-service on the same bus.
+"""
+
+import time
+
+import dbus
+import pytest
+
+from conftest import pump, start_guidedaccessd
+
+MAG = ("org.gnome.desktop.a11y.magnifier", "mag-factor")
+READER = ("org.gnome.desktop.a11y.applications", "screen-reader-enabled")
+
+
+@pytest.fixture
+def lockdown(ga_env):
+    db = ga_env.root / "db"
+    db.mkdir()
+    profile = ga_env.root / "profile"
+    profile.write_text(f"user-db:user\nfile-db:{db}/guidedaccess\n")
+
+    def start(lock_outside_session=False):
+        config = ga_env.write_config(
+            "[Service]\nBackend=dconf\n"
+            f"[Dconf]\nDatabaseDir={db}\nDatabaseName=guidedaccess\n"
+            f"LockOutsideSession={'true' if lock_outside_session else 'false'}\n")
+        daemon = start_guidedaccessd(
+            ga_env, config=config, args=("--system",), extra_env={"DBUS_SYSTEM_BUS_ADDRESS": ga_env.address})
+        # Clients read the system database from here on.
+        ga_env.env["DCONF_PROFILE"] = str(profile)
+        return daemon
+
+    return start
+
+
+def get(ga_env, schema_key):
+    code, out, err = ga_env.run(["gsettings", "get", *schema_key])
+    assert code == 0, err
+    return out.strip()
+
+
+def writable(ga_env, schema_key):
+    code, out, err = ga_env.run(["gsettings", "writable", *schema_key])
+    assert code == 0, err
+    return out.strip() == "true"
+
+
+def test_session_values_are_imposed_and_locked_and_the_users_own_come_back(ga_env, lockdown):
+    assert ga_env.run(["gsettings", "set", *MAG, "3.0"])[0] == 0  # the kiosk user's own value
+    lockdown()
+    assert get(ga_env, MAG) == "3.0"
+    assert ga_env.busctl_call("StartSession", "a{sv}", "1", "features", "as", "1", "zoom")[0] == 0
+    assert get(ga_env, MAG) == "2.0"
+    assert not writable(ga_env, MAG)
+    ga_env.run(["gsettings", "set", *MAG, "5.0"])
+    assert get(ga_env, MAG) == "2.0", "a locked key changed"
+    assert ga_env.busctl_call("EndSession")[0] == 0
+    assert get(ga_env, MAG) == "3.0"
+    assert writable(ga_env, MAG)
+
+
+def test_dconf_update_announces_writability_on_the_system_bus(ga_env, lockdown):
+    from dbus.mainloop.glib import DBusGMainLoop
+
+    seen = []
+    bus = dbus.bus.BusConnection(ga_env.address, mainloop=DBusGMainLoop())
+    bus.add_signal_receiver(
+        lambda *args, **kw: seen.append(kw["path"]), signal_name="WritabilityNotify",
+        dbus_interface="ca.desrt.dconf.Writer", path_keyword="path")
+    lockdown()
+    assert ga_env.busctl_call("StartSession", "a{sv}", "1", "features", "as", "1", "screen-reader")[0] == 0
+    assert pump(lambda: seen, 5), "no WritabilityNotify"
+    assert seen[0] == "/ca/desrt/dconf/Writer/guidedaccess"
+
+
+def test_outside_a_session_the_mapped_keys_are_locked_at_their_baseline(ga_env, lockdown):
+    lockdown(lock_outside_session=True)
+    assert not writable(ga_env, READER)
+    assert get(ga_env, READER) == "false"
+    ga_env.run(["gsettings", "set", *READER, "true"])
+    assert get(ga_env, READER) == "false"
+    assert ga_env.busctl_call("StartSession", "a{sv}", "1", "features", "as", "1", "screen-reader")[0] == 0
+    assert get(ga_env, READER) == "true"
+    assert ga_env.busctl_call("EndSession")[0] == 0
+    assert get(ga_env, READER) == "false"
+    assert not writable(ga_env, READER)
+
+
+def test_kill_9_keeps_the_session_and_the_lock(ga_env, lockdown):
+    daemon = lockdown()
+    assert ga_env.busctl_call("StartSession", "a{sv}", "1", "features", "as", "1", "zoom")[0] == 0
+    daemon.kill9()
+    assert get(ga_env, MAG) == "2.0" and not writable(ga_env, MAG)
+    daemon.start()
+    code, out, _ = ga_env.busctl("get-property", "org.guidedaccess.GuidedAccess1", "/org/guidedaccess/GuidedAccess1",
+                                 "org.guidedaccess.GuidedAccess1", "EnabledFeatures")
+    assert out.strip() == 'as 1 "zoom"'
+    assert ga_env.busctl_call("EndSession")[0] == 0
+    assert writable(ga_env, MAG)
