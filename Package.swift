@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "DBus", targets: ["DBus"]),
         .library(name: "GuidedAccessCore", targets: ["GuidedAccessCore"]),
         .library(name: "GSettingsBackend", targets: ["GSettingsBackend"]),
+        .library(name: "DconfBackend", targets: ["DconfBackend"]),
         .library(name: "KeyFile", targets: ["KeyFile"]),
     ],
     dependencies: [
@@ -38,6 +39,10 @@ let package = Package(
         // Runs GSettingsBackend in its own process, so tests can give GLib a
         // private bus and config dirs before it reads its environment.
         .executableTarget(name: "gsettings-backend-probe", dependencies: ["GSettingsBackend"]),
+        // System mode: the mapped keys imposed and locked through a dconf
+        // system database (keyfiles + `dconf update`); schema checks from
+        // GSettingsBackend.
+        .target(name: "DconfBackend", dependencies: ["GSettingsBackend", "GuidedAccessCore"]),
 
         // GLib's GKeyFile for the service's configuration files and drop-ins.
         .target(name: "KeyFile", dependencies: ["CGio"]),
@@ -49,7 +54,7 @@ let package = Package(
         .executableTarget(
             name: "guidedaccessd",
             dependencies: [
-                "GuidedAccessService", "GSettingsBackend", "KeyFile", "DBus", "GuidedAccessCore",
+                "GuidedAccessService", "GSettingsBackend", "DconfBackend", "KeyFile", "DBus", "GuidedAccessCore",
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
@@ -67,6 +72,9 @@ let package = Package(
         .testTarget(
             name: "GSettingsBackendTests",
             dependencies: ["GSettingsBackend", "gsettings-backend-probe"]),
+        // PrivateDconf.swift is GSettingsBackendTests' own, linked in (a test
+        // target cannot depend on another).
+        .testTarget(name: "DconfBackendTests", dependencies: ["DconfBackend"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
     ],
     swiftLanguageModes: [.v6]

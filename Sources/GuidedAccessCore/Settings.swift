@@ -108,4 +108,13 @@ public protocol SettingsBackend: AnyObject {
     /// Applies all changes together: a value to set, or nil to reset the key
     /// to unset. Returns when the change is durable (synced).
     func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError)
+
+    /// Called after a session's settings were restored. System mode
+    /// re-imposes its baseline here (`[Dconf] LockOutsideSession`); the
+    /// default does nothing.
+    func sessionDidEnd() throws(SettingsBackendError)
+}
+
+extension SettingsBackend {
+    public func sessionDidEnd() throws(SettingsBackendError) {}
 }

@@ -272,6 +272,12 @@ public actor GuidedAccessService {
         } catch {
             throw GuidedAccessError.backendFailed("\(backend.name) backend: cannot restore the settings: \(error.message)")
         }
+        do {
+            try backend.sessionDidEnd()
+        } catch {
+            // The session's own settings are restored; only the baseline is missing.
+            logger.error("\(backend.name) backend: cannot re-impose the baseline: \(error.message)")
+        }
         let reset = registry.resetAll()
         session = nil
         deadlineTask?.cancel()

@@ -4,6 +4,7 @@
 // bus (user mode) or the system bus (system mode).
 
 import DBus
+import DconfBackend
 import GSettingsBackend
 import Glibc
 import GuidedAccessCore
@@ -127,9 +128,22 @@ func serve(
     case .gsettings: backend = GSettingsBackend()
     case .memory: backend = MemorySettingsBackend()
     case .dconf:
-        logger.critical(
-            "configuration: [Service] Backend=dconf (system mode's lockdown) is not available in this build yet; use gsettings or memory")
-        return 1
+        do {
+            let dconf = try DconfBackend(
+                databaseDir: configuration.dconf.databaseDir, databaseName: configuration.dconf.databaseName,
+                lockOutsideSession: configuration.dconf.lockOutsideSession)
+            if configuration.dconf.lockOutsideSession {
+                // Before the journal is recovered and the name requested. Keys
+                // a resumed session imposes keep their values.
+                let baseline = dconf.schemaDefaults(of: FeatureKeyMap.allRequirements.map(\.key))
+                try dconf.lockBaseline(baseline)
+                logger.info("dconf backend: \(baseline.count) keys locked at their defaults outside a session")
+            }
+            backend = dconf
+        } catch {
+            logger.critical("dconf backend: \(error.message)")
+            return 1
+        }
     }
     do {
         let connection = try await Connection.connect(to: bus, loop: loop, logger: logger)

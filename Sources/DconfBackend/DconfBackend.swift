@@ -1,0 +1,402 @@
+import GSettingsBackend
+import Glibc
+import GuidedAccessCore
+
+/// System mode: the mapped keys imposed and locked through a dconf system
+/// database (settings-mapping.md, "System mode"), without touching the
+/// user's own database.
+///
+/// State: `imposed`, the key values the system database imposes now. It is
+/// kept in memory and written, on every `apply`, to
+/// `DatabaseDir/DatabaseName.d/50-guidedaccess` (a dconf keyfile) and
+/// `DatabaseDir/DatabaseName.d/locks/guidedaccess` (every imposed key is
+/// locked, except `toolkit-accessibility`, which gnome-settings-daemon
+/// writes); then `dconf update DatabaseDir` rebuilds `DatabaseDir/DatabaseName`
+/// and tells running sessions on the system bus. At start-up `init` reads the
+/// keyfile back, so a restarted service knows what it imposes.
+///
+/// How the service's user-mode vocabulary maps onto system mode:
+/// - `userValue(of:)` — "the value before the session" — is the value the
+///   system database imposes now, or nil when it imposes none. The service
+///   snapshots it before a session writes a key, and at the end of the
+///   session applies the snapshot: so the restore removes exactly what the
+///   session added and puts back what was imposed before (e.g. the baseline
+///   below). The user's own values are never read nor written.
+/// - `apply` with nil for a key: the key is no longer imposed; the user's own
+///   value (or the schema default) reappears.
+///
+/// Values are checked against the installed schemas (`GSettingsSchemaCheck`)
+/// before anything is written. Calls come from one serial executor.
+public final class DconfBackend: SettingsBackend {
+    public let name = "dconf"
+    public let databaseDir: String
+    public let databaseName: String
+    /// `[Dconf] LockOutsideSession`: `lockBaseline` and `sessionDidEnd`
+    /// impose the baseline only when this is true.
+    public let lockOutsideSession: Bool
+    /// The dconf command-line tool (`dconf update`).
+    public let dconfProgram: String
+
+    /// The key values the system database imposes (and locks) now.
+    public private(set) var imposed: [SettingKey: SettingValue]
+    /// The values imposed while no session runs (`lockBaseline`).
+    public private(set) var baseline: [SettingKey: SettingValue] = [:]
+
+    /// Keys that are imposed but never locked: gnome-settings-daemon writes them.
+    public static let neverLocked: Set<SettingKey> = [
+        SettingKey(schema: "org.gnome.desktop.interface", key: "toolkit-accessibility")
+    ]
+
+    private let schemas = GSettingsSchemaCheck()
+
+    public var keyfileDirectory: String { databaseDir + "/" + databaseName + ".d" }
+    public var keyfilePath: String { keyfileDirectory + "/50-guidedaccess" }
+    public var locksDirectory: String { keyfileDirectory + "/locks" }
+    public var locksPath: String { locksDirectory + "/guidedaccess" }
+    /// The database `dconf update` builds; profiles name it `system-db:NAME`
+    /// (or `file-db:PATH`).
+    public var databasePath: String { databaseDir + "/" + databaseName }
+
+    /// Reads what the keyfile imposes (nothing when it does not exist).
+    /// Nothing is written until the first `apply` or `lockBaseline`.
+    /// Throws when the keyfile cannot be read or names a key or value the
+    /// installed schemas do not have.
+    public init(
+        databaseDir: String = "/etc/dconf/db", databaseName: String = "guidedaccess",
+        lockOutsideSession: Bool = true, dconfProgram: String = "/usr/bin/dconf"
+    ) throws(SettingsBackendError) {
+        self.databaseDir = databaseDir
+        self.databaseName = databaseName
+        self.lockOutsideSession = lockOutsideSession
+        self.dconfProgram = dconfProgram
+        imposed = [:]
+        imposed = try readKeyfile()
+    }
+
+    // MARK: SettingsBackend
+
+    public func availability(of key: SettingKey, for value: SettingValue) -> SettingAvailability {
+        schemas.availability(of: key, for: value)
+    }
+
+    public func validate(_ value: SettingValue, for key: SettingKey) throws(SettingsBackendError) {
+        try schemas.validate(value, for: key)
+    }
+
+    /// What the system database imposes on the key now; nil when it imposes
+    /// nothing (see the type's comment: this is "the value before the session").
+    public func userValue(of key: SettingKey) throws(SettingsBackendError) -> SettingValue? {
+        if let value = imposed[key] { return value }
+        _ = try schemas.defaultValue(of: key)  // only to report a missing schema or key
+        return nil
+    }
+
+    /// Merges the changes into the imposed set (nil: no longer imposed),
+    /// checks every value first, writes both files atomically and runs
+    /// `dconf update`. On a failure the previous files are put back (without
+    /// another `dconf update`) and `imposed` is unchanged.
+    public func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) {
+        if changes.isEmpty { return }
+        var new = imposed
+        for (key, value) in changes.sorted(by: { $0.key < $1.key }) {
+            if let value {
+                try schemas.validate(value, for: key)
+                new[key] = value
+            } else {
+                new[key] = nil
+            }
+        }
+        try impose(new)
+    }
+
+    /// Re-imposes the baseline on keys nothing imposes (see `lockBaseline`).
+    public func sessionDidEnd() throws(SettingsBackendError) {
+        guard lockOutsideSession, !baseline.isEmpty else { return }
+        try fillInBaseline()
+    }
+
+    // MARK: Outside a session
+
+    /// `[Dconf] LockOutsideSession`: while no session runs, the mapped keys
+    /// are imposed and locked at these values, so the kiosk user cannot turn
+    /// features on or off alone. Does nothing unless `lockOutsideSession`.
+    ///
+    /// Keys already imposed keep their values: a session resumed from the
+    /// journal after a crash keeps its settings, and its end restores the
+    /// snapshot, which holds the baseline. Since the baseline is what
+    /// `userValue` reports before a session, ending a session re-imposes it
+    /// by itself; `sessionDidEnd` also fills in keys that were not imposed.
+    /// Call it at start-up, before the bus name is requested.
+    public func lockBaseline(_ values: [SettingKey: SettingValue]) throws(SettingsBackendError) {
+        guard lockOutsideSession else { return }
+        for (key, value) in values.sorted(by: { $0.key < $1.key }) { try schemas.validate(value, for: key) }
+        baseline = values
+        try fillInBaseline()
+    }
+
+    /// The schema defaults of those keys that the installed schemas have —
+    /// the usual baseline. Keys missing here (e.g. `reduced-motion` before
+    /// GNOME 50) are left out.
+    public func schemaDefaults(of keys: some Sequence<SettingKey>) -> [SettingKey: SettingValue] {
+        var defaults: [SettingKey: SettingValue] = [:]
+        for key in keys {
+            if let value = try? schemas.defaultValue(of: key) { defaults[key] = value }
+        }
+        return defaults
+    }
+
+    private func fillInBaseline() throws(SettingsBackendError) {
+        let new = imposed.merging(baseline) { current, _ in current }
+        guard new != imposed || !fileExists(databasePath) else { return }
+        try impose(new)
+    }
+
+    // MARK: Writing
+
+    private func impose(_ new: [SettingKey: SettingValue]) throws(SettingsBackendError) {
+        let old = imposed
+        do {
+            try writeFiles(new)
+            try runUpdate()
+        } catch {
+            // Leave the keyfiles as they were; the database was not rebuilt
+            // from the new ones (or dconf update failed on them).
+            try? writeFiles(old)
+            throw error
+        }
+        imposed = new
+    }
+
+    /// The keyfile and the locks, or neither when nothing is imposed. The
+    /// directories are always there afterwards, so `dconf update` always
+    /// builds the database (an empty one when nothing is imposed).
+    private func writeFiles(_ values: [SettingKey: SettingValue]) throws(SettingsBackendError) {
+        try makeDirectory(databaseDir)
+        try makeDirectory(keyfileDirectory)
+        try makeDirectory(locksDirectory)
+        let header = "# Written by guidedaccessd (system mode): what it imposes and locks. Do not edit.\n"
+        if values.isEmpty {
+            try removeFile(keyfilePath, directory: keyfileDirectory)
+        } else {
+            var text = header
+            let groups = Dictionary(grouping: values.keys, by: \.dconfGroup)
+            for group in groups.keys.sorted() {
+                text += "\n[\(group)]\n"
+                for key in groups[group]!.sorted() { text += "\(key.key)=\(values[key]!.gvariantText)\n" }
+            }
+            try writeAtomically(keyfilePath, text, directory: keyfileDirectory)
+        }
+        let locked = values.keys.filter { !Self.neverLocked.contains($0) }.sorted()
+        if locked.isEmpty {
+            try removeFile(locksPath, directory: locksDirectory)
+        } else {
+            try writeAtomically(
+                locksPath, header + locked.map { $0.dconfPath + "\n" }.joined(), directory: locksDirectory)
+        }
+        try ensureNewerThanDatabase()
+    }
+
+    /// `dconf update` skips a database whose file is not older than its
+    /// keyfile directory and files. File times come from a coarse clock:
+    /// two applies within one tick could otherwise leave the database stale.
+    private func ensureNewerThanDatabase() throws(SettingsBackendError) {
+        var database = stat()
+        guard stat(databasePath, &database) == 0 else { return }
+        for _ in 0..<100 {
+            var newest = timespec()
+            for path in [keyfileDirectory, locksDirectory, keyfilePath, locksPath] {
+                var info = stat()
+                if stat(path, &info) == 0, info.st_mtim > newest { newest = info.st_mtim }
+            }
+            if newest > database.st_mtim { return }
+            usleep(1000)
+            // nil times: now.
+            guard utimensat(AT_FDCWD, keyfileDirectory, nil, 0) == 0 else {
+                throw SettingsBackendError(.writeFailed, "cannot touch \(keyfileDirectory): \(lastError())")
+            }
+        }
+    }
+
+    private func readKeyfile() throws(SettingsBackendError) -> [SettingKey: SettingValue] {
+        guard let file = fopen(keyfilePath, "r") else {
+            if errno == ENOENT { return [:] }
+            throw SettingsBackendError(.writeFailed, "cannot read \(keyfilePath): \(lastError())")
+        }
+        defer { fclose(file) }
+        var values: [SettingKey: SettingValue] = [:]
+        var group: String?
+        var line: UnsafeMutablePointer<CChar>? = nil
+        var capacity = 0
+        defer { free(line) }
+        var number = 0
+        while getline(&line, &capacity, file) != -1 {
+            number += 1
+            let text = String(cString: line!).trimmingWhitespace()
+            if text.isEmpty || text.hasPrefix("#") { continue }
+            if text.hasPrefix("[") && text.hasSuffix("]") {
+                group = String(text.dropFirst().dropLast())
+                continue
+            }
+            guard let group, let equals = text.firstIndex(of: "=") else {
+                throw SettingsBackendError(.unsupported, "\(keyfilePath):\(number): not a key=value line in a group")
+            }
+            let key = SettingKey(
+                schema: group.split(separator: "/").joined(separator: "."),
+                key: String(text[..<equals]).trimmingWhitespace())
+            let valueText = String(text[text.index(after: equals)...]).trimmingWhitespace()
+            do {
+                values[key] = try schemas.parse(valueText, for: key)
+            } catch {
+                throw SettingsBackendError(error.kind, "\(keyfilePath):\(number): \(error.message)")
+            }
+        }
+        return values
+    }
+
+    // MARK: dconf update
+
+    /// `dconf update DatabaseDir`, with an empty signal mask and default
+    /// signal handlers (the service blocks SIGTERM and SIGINT for its
+    /// signalfd; dconf must not inherit that), in this process's environment
+    /// (DBUS_SYSTEM_BUS_ADDRESS decides where WritabilityNotify goes).
+    private func runUpdate() throws(SettingsBackendError) {
+        let command = "\(dconfProgram) update \(databaseDir)"
+        var pipeEnds: [Int32] = [-1, -1]
+        // pipe2 is not in Swift's Glibc; the descriptors are close-on-exec
+        // right after (the dup2 onto stderr clears it for dconf's copy).
+        guard pipe(&pipeEnds) == 0 else {
+            throw SettingsBackendError(.writeFailed, "\(command): cannot create a pipe: \(lastError())")
+        }
+        _ = fcntl(pipeEnds[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(pipeEnds[1], F_SETFD, FD_CLOEXEC)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        var all = sigset_t()
+        sigfillset(&all)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 2)
+
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup(dconfProgram), strdup("update"), strdup(databaseDir), nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, dconfProgram, &actions, &attributes, argv, environ)
+        close(pipeEnds[1])
+        guard spawned == 0 else {
+            close(pipeEnds[0])
+            throw SettingsBackendError(.writeFailed, "\(command): cannot run it: \(String(cString: strerror(spawned)))")
+        }
+        var stderrBytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(pipeEnds[0], $0.baseAddress, $0.count) }
+            if count > 0 {
+                if stderrBytes.count < 65536 { stderrBytes += buffer[0..<count] }
+            } else if count == 0 || errno != EINTR {
+                break
+            }
+        }
+        close(pipeEnds[0])
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let exited = (status & 0x7f) == 0
+        let code = (status >> 8) & 0xff
+        guard exited && code == 0 else {
+            let message = String(decoding: stderrBytes, as: UTF8.self).trimmingWhitespace()
+            let how = exited ? "exited with status \(code)" : "was killed by signal \(status & 0x7f)"
+            throw SettingsBackendError(.writeFailed, "`\(command)` \(how)\(message.isEmpty ? "" : ": \(message)")")
+        }
+    }
+
+    // MARK: Files
+
+    private func makeDirectory(_ path: String) throws(SettingsBackendError) {
+        if mkdir(path, 0o755) == 0 || errno == EEXIST {
+            var info = stat()
+            if stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR { return }
+        }
+        throw SettingsBackendError(.writeFailed, "cannot create the directory \(path): \(lastError())")
+    }
+
+    /// Temporary file, fsync, rename, fsync of the directory.
+    private func writeAtomically(_ path: String, _ text: String, directory: String) throws(SettingsBackendError) {
+        let temporary = path + ".tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw SettingsBackendError(.writeFailed, "cannot create \(temporary): \(lastError())") }
+        var bytes = Array(text.utf8)
+        var written = 0
+        while written < bytes.count {
+            let count = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress! + written, $0.count - written) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else {
+                let error = lastError()
+                close(fd)
+                unlink(temporary)
+                throw SettingsBackendError(.writeFailed, "cannot write \(temporary): \(error)")
+            }
+            written += count
+        }
+        bytes.removeAll()
+        // The mode is set explicitly: the umask must not hide the file from dconf readers.
+        guard fchmod(fd, 0o644) == 0, fsync(fd) == 0 else {
+            let error = lastError()
+            close(fd)
+            unlink(temporary)
+            throw SettingsBackendError(.writeFailed, "cannot sync \(temporary): \(error)")
+        }
+        close(fd)
+        guard rename(temporary, path) == 0 else {
+            let error = lastError()
+            unlink(temporary)
+            throw SettingsBackendError(.writeFailed, "cannot rename \(temporary) to \(path): \(error)")
+        }
+        try syncDirectory(directory)
+    }
+
+    private func removeFile(_ path: String, directory: String) throws(SettingsBackendError) {
+        if unlink(path) == 0 {
+            try syncDirectory(directory)
+        } else if errno != ENOENT {
+            throw SettingsBackendError(.writeFailed, "cannot remove \(path): \(lastError())")
+        }
+    }
+
+    private func syncDirectory(_ path: String) throws(SettingsBackendError) {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw SettingsBackendError(.writeFailed, "cannot open \(path): \(lastError())") }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw SettingsBackendError(.writeFailed, "cannot sync \(path): \(lastError())") }
+    }
+
+    private func fileExists(_ path: String) -> Bool {
+        access(path, F_OK) == 0
+    }
+}
+
+private func lastError() -> String { String(cString: strerror(errno)) }
+
+extension timespec {
+    fileprivate static func > (a: timespec, b: timespec) -> Bool {
+        (a.tv_sec, a.tv_nsec) > (b.tv_sec, b.tv_nsec)
+    }
+}
+
+extension String {
+    fileprivate func trimmingWhitespace() -> String {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
+        guard let start = firstIndex(where: { !isSpace($0) }), let end = lastIndex(where: { !isSpace($0) }) else {
+            return ""
+        }
+        return String(self[start...end])
+    }
+}

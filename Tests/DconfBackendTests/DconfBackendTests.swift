@@ -1,0 +1,167 @@
+import DconfBackend
+import Foundation
+import GuidedAccessCore
+import Testing
+
+let magnifier = "org.gnome.desktop.a11y.magnifier"
+let invert = SettingKey(schema: magnifier, key: "invert-lightness")
+let magFactor = SettingKey(schema: magnifier, key: "mag-factor")
+let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key: "screen-reader-enabled")
+
+/// Real dconf: `dconf update` builds the database in a temporary DatabaseDir;
+/// gsettings reads it through a profile `user-db:user` + `file-db:DIR/NAME`
+/// on a private session bus (PrivateDconf, shared with GSettingsBackendTests)
+/// whose dconf-service writes the private user database.
+@Suite(.serialized) struct RealDconf {
+    let dconf: PrivateDconf
+    let databaseDir: String
+    let profile: String
+
+    init() throws {
+        dconf = try PrivateDconf()
+        databaseDir = dconf.root + "/db"
+        profile = dconf.root + "/profile"
+        try "user-db:user\nfile-db:\(databaseDir)/guidedaccess\n".write(toFile: profile, atomically: true, encoding: .utf8)
+    }
+
+    func gsettings(_ arguments: String...) throws -> PrivateDconf.Output {
+        try dconf.run("/usr/bin/gsettings", arguments, extra: ["DCONF_PROFILE": profile])
+    }
+
+    func get(_ key: SettingKey) throws -> String {
+        try gsettings("get", key.schema, key.key).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func writable(_ key: SettingKey) throws -> String {
+        try gsettings("writable", key.schema, key.key).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func exists(_ path: String) -> Bool { FileManager.default.fileExists(atPath: path) }
+
+    @Test func imposesLocksAndRestoresTheUsersOwnValue() throws {
+        let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
+        #expect(backend.name == "dconf")
+        // Nothing imposed yet: an empty database, so the profile's file-db exists.
+        try backend.apply([invert: nil])
+        #expect(exists(databaseDir + "/guidedaccess"))
+        #expect(!exists(backend.keyfilePath))
+
+        // The user's own value, in the user database.
+        #expect(try gsettings("set", magnifier, "invert-lightness", "true").status == 0)
+        #expect(try get(invert) == "true")
+        #expect(try backend.userValue(of: invert) == nil)
+
+        // A session imposes and locks.
+        try backend.apply([invert: .bool(false), magFactor: .double(3), screenReader: .bool(true)])
+        #expect(
+            try String(contentsOfFile: backend.keyfilePath, encoding: .utf8).contains(
+                "[org/gnome/desktop/a11y/magnifier]\ninvert-lightness=false\nmag-factor=3.0\n"))
+        #expect(
+            try String(contentsOfFile: backend.locksPath, encoding: .utf8).contains(
+                "/org/gnome/desktop/a11y/magnifier/invert-lightness\n"))
+        #expect(try get(invert) == "false")
+        #expect(try get(magFactor) == "3.0")
+        #expect(try get(screenReader) == "true")
+        #expect(try writable(invert) == "false")
+        #expect(try writable(magFactor) == "false")
+        #expect(try gsettings("set", magnifier, "invert-lightness", "true").status != 0)
+        #expect(try get(invert) == "false")
+        #expect(try backend.userValue(of: invert) == .bool(false))
+
+        // A restarted service reads what it imposes back from the keyfile.
+        let restarted = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
+        #expect(restarted.imposed == backend.imposed)
+        #expect(restarted.imposed.count == 3)
+
+        // The session ends: nothing imposed, both files gone, the user's own value back.
+        try backend.apply([invert: nil, magFactor: nil, screenReader: nil])
+        #expect(!exists(backend.keyfilePath))
+        #expect(!exists(backend.locksPath))
+        #expect(exists(databaseDir + "/guidedaccess"))
+        #expect(try get(invert) == "true")
+        #expect(try writable(invert) == "true")
+        #expect(try get(screenReader) == "false")
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/invert-lightness") == "true")
+    }
+
+    @Test func valueOutOfRangeIsRefusedBeforeAnythingIsWritten() throws {
+        let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
+        let error = #expect(throws: SettingsBackendError.self) {
+            try backend.apply([invert: .bool(true), magFactor: .double(40)])
+        }
+        #expect(error?.kind == .outOfRange)
+        #expect(!exists(databaseDir))
+        #expect(backend.imposed.isEmpty)
+        let unknown = #expect(throws: SettingsBackendError.self) {
+            try backend.apply([SettingKey(schema: "org.example.nothing", key: "x"): .bool(true)])
+        }
+        #expect(unknown?.kind == .unsupported)
+        #expect(!exists(databaseDir))
+    }
+
+    @Test func failingDconfUpdateIsWriteFailedNamingTheCommand() throws {
+        let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
+        try backend.apply([invert: .bool(true)])
+        // A directory where the database goes: dconf update cannot replace it.
+        try FileManager.default.removeItem(atPath: backend.databasePath)
+        try FileManager.default.createDirectory(atPath: backend.databasePath, withIntermediateDirectories: false)
+        let error = #expect(throws: SettingsBackendError.self) { try backend.apply([invert: .bool(false)]) }
+        #expect(error?.kind == .writeFailed)
+        #expect(error?.message.contains("/usr/bin/dconf update \(databaseDir)") == true)
+        // Nothing changed: memory and keyfile still say true.
+        #expect(backend.imposed == [invert: .bool(true)])
+        #expect(try String(contentsOfFile: backend.keyfilePath, encoding: .utf8).contains("invert-lightness=true"))
+
+        let bogus = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false, dconfProgram: "/nonexistent/dconf")
+        let spawnError = #expect(throws: SettingsBackendError.self) { try bogus.apply([invert: .bool(false)]) }
+        #expect(spawnError?.kind == .writeFailed)
+        #expect(spawnError?.message.contains("/nonexistent/dconf update") == true)
+    }
+
+    @Test func baselineIsLockedOutsideASessionAndComesBackAfterIt() throws {
+        let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: true)
+        let baseline = backend.schemaDefaults(of: [invert, magFactor, screenReader, SettingKey(schema: magnifier, key: "no-such-key")])
+        #expect(baseline == [invert: .bool(false), magFactor: .double(2), screenReader: .bool(false)])
+        try backend.lockBaseline(baseline)
+        #expect(try writable(invert) == "false")
+        #expect(try gsettings("set", magnifier, "invert-lightness", "true").status != 0)
+        #expect(try get(invert) == "false")
+
+        // What the service does: snapshot, write, restore the snapshot.
+        let before = try backend.userValue(of: invert)
+        #expect(before == .bool(false))
+        try backend.apply([invert: .bool(true)])
+        #expect(try get(invert) == "true")
+        try backend.apply([invert: before])
+        try backend.sessionDidEnd()
+        #expect(try get(invert) == "false")
+        #expect(try writable(invert) == "false")
+
+        // A key the session left unimposed is filled in by sessionDidEnd.
+        try backend.apply([magFactor: nil])
+        #expect(try writable(magFactor) == "true")
+        try backend.sessionDidEnd()
+        #expect(try writable(magFactor) == "false")
+        #expect(backend.imposed == baseline)
+
+        // Without LockOutsideSession, nothing is imposed.
+        let unlocked = try DconfBackend(databaseDir: dconf.root + "/db2", databaseName: "guidedaccess", lockOutsideSession: false)
+        try unlocked.lockBaseline(baseline)
+        #expect(unlocked.imposed.isEmpty)
+    }
+
+    @Test func applyTiming() throws {
+        let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
+        var micros: [Double] = []
+        for i in 0..<50 {
+            let start = DispatchTime.now().uptimeNanoseconds
+            try backend.apply([invert: .bool(i % 2 == 0), magFactor: .double(Double(2 + i % 3))])
+            micros.append(Double(DispatchTime.now().uptimeNanoseconds - start) / 1000)
+        }
+        micros.sort()
+        print("DconfBackend apply (files + dconf update) over 50: p50 \(Int(micros[25])) µs, p90 \(Int(micros[45])) µs, max \(Int(micros[49])) µs")
+        // The last apply is what gsettings reads.
+        #expect(try get(invert) == "false")
+        #expect(try get(magFactor) == "3.0")
+    }
+}

@@ -1,0 +1,1 @@
+../GSettingsBackendTests/PrivateDconf.swift
