@@ -44,6 +44,7 @@ install: $(GUIDEDACCESSD)
 	install -m 0644 systemd/org.guidedaccess.GuidedAccess1.conf $(DESTDIR)$(DBUSSYSTEMCONFDIR)/
 	install -m 0644 systemd/org.guidedaccess.GuidedAccess1.policy $(DESTDIR)$(POLKITACTIONDIR)/
 	install -m 0644 systemd/guidedaccess.conf.example $(DESTDIR)$(DOCDIR)/examples/guidedaccess.conf
+	install -D -m 0755 systemd/guidedaccess-dconf-profile $(DESTDIR)$(PREFIX)/sbin/guidedaccess-dconf-profile
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 
 check-system-files: $(GUIDEDACCESSD)
