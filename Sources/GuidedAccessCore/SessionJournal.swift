@@ -1,8 +1,3 @@
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -67,12 +62,16 @@ public struct SessionJournal: Sendable {
         guard let bytes = try readFile(path) else { return nil }
         let record: JournalRecord
         do {
-            record = try JSONDecoder().decode(JournalRecord.self, from: Data(bytes))
+            let json = try JSON.parse(bytes)
+            // A newer service's journal is left in place, whatever its shape.
+            if case .number(let text)? = json["version"], let version = Int(text), version != Self.version {
+                throw JournalError.unsupportedVersion(path: path, version: version)
+            }
+            record = try JournalRecord(json: json)
+        } catch let error as JournalError {
+            throw error
         } catch {
             throw try moveAside(reason: "\(error)")
-        }
-        guard record.version == Self.version else {
-            throw .unsupportedVersion(path: path, version: record.version)
         }
         do {
             return try record.state()
@@ -87,21 +86,12 @@ public struct SessionJournal: Sendable {
     /// directory, fsync, rename over, fsync the directory. Returns when the
     /// new state is durable.
     public func record(_ state: JournalState) throws(JournalError) {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
-        let data: Data
-        do {
-            data = try encoder.encode(JournalRecord(state))
-        } catch {
-            // Every field is a string, number or bool: encoding cannot fail
-            // except for a non-finite number, which validation keeps out.
-            preconditionFailure("journal state does not encode: \(error)")
-        }
+        let data = Array(JournalRecord(state).json().serialized().utf8)
         // One level only: the parent is the state directory's business (systemd's StateDirectory=).
         if mkdir(directory, 0o700) != 0, errno != EEXIST {
             throw .io(path: directory, operation: "mkdir", errno: errno)
         }
-        try writeDurably(Array(data), to: temporaryPath)
+        try writeDurably(data, to: temporaryPath)
         guard rename(temporaryPath, path) == 0 else {
             let code = errno
             unlink(temporaryPath)
@@ -179,10 +169,10 @@ public struct SessionJournal: Sendable {
 
 /// The file format, version 1. Kept apart from the domain types so either can
 /// change without the other, and so a stored value says whether it was unset.
-struct JournalRecord: Codable {
+struct JournalRecord {
     struct Invalid: Error { var reason: String }
 
-    struct SessionRecord: Codable {
+    struct SessionRecord {
         var owner: String?
         var ownerUID: UInt32
         var ownerExecutable: String?
@@ -195,7 +185,7 @@ struct JournalRecord: Codable {
     }
 
     /// One key's value before the session: `unset`, or exactly one of the values.
-    struct SnapshotEntry: Codable {
+    struct SnapshotEntry {
         var schema: String
         var key: String
         var unset: Bool
@@ -204,7 +194,7 @@ struct JournalRecord: Codable {
         var string: String?
     }
 
-    struct RestrictionRecord: Codable {
+    struct RestrictionRecord {
         var identifier: String
         var text: String
         var detail: String
@@ -304,5 +294,145 @@ extension SessionJournal {
             try? record(previous)
             throw .backendFailed("\(backend.name) backend: \(error.message)")
         }
+    }
+}
+
+// MARK: - The JSON form (keys sorted, as the file has always had them)
+
+extension JournalRecord {
+    func json() -> JSON {
+        var members: [(String, JSON)] = [
+            ("restrictions", .array(restrictions.map { $0.json() })),
+        ]
+        if let session { members.append(("session", session.json())) }
+        members.append(("version", .number(String(version))))
+        return .object(members)
+    }
+
+    init(json: JSON) throws(Invalid) {
+        guard case .object = json else { throw Invalid(reason: "the journal is not a JSON object") }
+        version = try json.integer("version")
+        restrictions = try json.array("restrictions").map { item throws(Invalid) in try RestrictionRecord(json: item) }
+        if let session = json["session"], session != .null {
+            self.session = try SessionRecord(json: session)
+        } else {
+            session = nil
+        }
+    }
+}
+
+extension JournalRecord.SessionRecord {
+    func json() -> JSON {
+        var members: [(String, JSON)] = [
+            ("deadlineUsec", .number(String(deadlineUsec))),
+            ("features", .array(features.map(JSON.string))),
+            ("inhibitSleep", .bool(inhibitSleep)),
+        ]
+        if let owner { members.append(("owner", .string(owner))) }
+        if let ownerExecutable { members.append(("ownerExecutable", .string(ownerExecutable))) }
+        members += [
+            ("ownerUID", .number(String(ownerUID))),
+            ("snapshot", .array(snapshot.map { $0.json() })),
+            ("textScale", .number(String(textScale))),
+            ("zoomFactor", .number(String(zoomFactor))),
+        ]
+        return .object(members)
+    }
+
+    init(json: JSON) throws(JournalRecord.Invalid) {
+        owner = try json.optionalString("owner")
+        ownerUID = try json.integer("ownerUID")
+        ownerExecutable = try json.optionalString("ownerExecutable")
+        features = try json.array("features").map { item throws(JournalRecord.Invalid) in
+            guard case .string(let name) = item else { throw .init(reason: "a feature is not a string") }
+            return name
+        }
+        zoomFactor = try json.double("zoomFactor")
+        textScale = try json.double("textScale")
+        inhibitSleep = try json.bool("inhibitSleep")
+        deadlineUsec = try json.integer("deadlineUsec")
+        snapshot = try json.array("snapshot").map { item throws(JournalRecord.Invalid) in
+            try JournalRecord.SnapshotEntry(json: item)
+        }
+    }
+}
+
+extension JournalRecord.SnapshotEntry {
+    func json() -> JSON {
+        var members: [(String, JSON)] = []
+        if let bool { members.append(("bool", .bool(bool))) }
+        if let double { members.append(("double", .number(String(double)))) }
+        members.append(("key", .string(key)))
+        members.append(("schema", .string(schema)))
+        if let string { members.append(("string", .string(string))) }
+        members.append(("unset", .bool(unset)))
+        return .object(members)
+    }
+
+    init(json: JSON) throws(JournalRecord.Invalid) {
+        schema = try json.string("schema")
+        key = try json.string("key")
+        unset = try json.bool("unset")
+        bool = json["bool"] == nil ? nil : try json.bool("bool")
+        double = json["double"] == nil ? nil : try json.double("double")
+        string = try json.optionalString("string")
+    }
+}
+
+extension JournalRecord.RestrictionRecord {
+    func json() -> JSON {
+        .object([
+            ("detail", .string(detail)), ("identifier", .string(identifier)), ("state", .string(state)),
+            ("text", .string(text)),
+        ])
+    }
+
+    init(json: JSON) throws(JournalRecord.Invalid) {
+        identifier = try json.string("identifier")
+        text = try json.string("text")
+        detail = try json.string("detail")
+        state = try json.string("state")
+    }
+}
+
+extension JSON {
+    fileprivate func field(_ key: String) throws(JournalRecord.Invalid) -> JSON {
+        guard let value = self[key] else { throw .init(reason: "'\(key)' is missing") }
+        return value
+    }
+
+    fileprivate func string(_ key: String) throws(JournalRecord.Invalid) -> String {
+        guard case .string(let s) = try field(key) else { throw .init(reason: "'\(key)' is not a string") }
+        return s
+    }
+
+    fileprivate func optionalString(_ key: String) throws(JournalRecord.Invalid) -> String? {
+        guard let value = self[key], value != .null else { return nil }
+        guard case .string(let s) = value else { throw .init(reason: "'\(key)' is not a string") }
+        return s
+    }
+
+    fileprivate func bool(_ key: String) throws(JournalRecord.Invalid) -> Bool {
+        guard case .bool(let b) = try field(key) else { throw .init(reason: "'\(key)' is not true or false") }
+        return b
+    }
+
+    fileprivate func integer<T: FixedWidthInteger>(_ key: String) throws(JournalRecord.Invalid) -> T {
+        guard case .number(let text) = try field(key), let n = T(text) else {
+            throw .init(reason: "'\(key)' is not an integer of type \(T.self)")
+        }
+        return n
+    }
+
+    fileprivate func double(_ key: String) throws(JournalRecord.Invalid) -> Double {
+        guard case .number(let text) = try field(key), let d = Double(text), d.isFinite else {
+            throw .init(reason: "'\(key)' is not a finite number")
+        }
+        return d
+    }
+
+    fileprivate func array(_ key: String) throws(JournalRecord.Invalid) -> [JSON] {
+        guard case .array(let items) = try field(key) else { throw .init(reason: "'\(key)' is not an array") }
+        return items
     }
 }
