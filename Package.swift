@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "GSettingsBackend", targets: ["GSettingsBackend"]),
         .library(name: "DconfBackend", targets: ["DconfBackend"]),
         .library(name: "KeyFile", targets: ["KeyFile"]),
+        .library(name: "GuidedAccessClient", targets: ["GuidedAccessClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -58,6 +59,10 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
+        // The client library for kiosk apps: the service's API in Swift types,
+        // on the DBus layer only (not the domain, GuidedAccessCore).
+        .target(name: "GuidedAccessClient", dependencies: ["DBus"]),
+
         // A test object served through the DBus layer, for the integration
         // tests, the demo and the benchmark.
         .executableTarget(
@@ -76,6 +81,7 @@ let package = Package(
         // target cannot depend on another).
         .testTarget(name: "DconfBackendTests", dependencies: ["DconfBackend"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
+        .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient"]),
     ],
     swiftLanguageModes: [.v6]
 )
