@@ -11,9 +11,11 @@ let package = Package(
         .library(name: "DconfBackend", targets: ["DconfBackend"]),
         .library(name: "KeyFile", targets: ["KeyFile"]),
         .library(name: "GuidedAccessClient", targets: ["GuidedAccessClient"]),
+        .executable(name: "guidedaccessctl", targets: ["guidedaccessctl"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
     targets: [
         // C libraries through pkg-config.
@@ -62,6 +64,10 @@ let package = Package(
         // The client library for kiosk apps: the service's API in Swift types,
         // on the DBus layer only (not the domain, GuidedAccessCore).
         .target(name: "GuidedAccessClient", dependencies: ["DBus"]),
+        // The command-line client.
+        .executableTarget(
+            name: "guidedaccessctl",
+            dependencies: ["GuidedAccessClient", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
 
         // A test object served through the DBus layer, for the integration
         // tests, the demo and the benchmark.
