@@ -87,7 +87,8 @@ let package = Package(
         // target cannot depend on another).
         .testTarget(name: "DconfBackendTests", dependencies: ["DconfBackend"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
-        .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient"]),
+        // Runs guidedaccessd (memory backend) on a private bus, so it depends on it.
+        .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient", "guidedaccessd"]),
     ],
     swiftLanguageModes: [.v6]
 )
