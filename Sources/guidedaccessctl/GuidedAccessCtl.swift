@@ -369,6 +369,12 @@ struct Monitor: AsyncParsableCommand {
             (client, try await client.changes())
         }
         FileHandle.standardError.write(Data("Monitoring \(GuidedAccessClient.busName) on the \(bus)\n".utf8))
+        // The stream does not end when the bus goes away: watch for that.
+        Task {
+            await client.connection.waitUntilDisconnected()
+            _ = fail("disconnected from the \(bus)", .serviceUnavailable)
+            Glibc.exit(Exit.serviceUnavailable.rawValue)
+        }
         for await event in events {
             switch event {
             case .session(let active, let reason):
