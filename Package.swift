@@ -10,9 +10,12 @@ let package = Package(
         .library(name: "GSettingsBackend", targets: ["GSettingsBackend"]),
         .library(name: "DconfBackend", targets: ["DconfBackend"]),
         .library(name: "KeyFile", targets: ["KeyFile"]),
+        .library(name: "GuidedAccessClient", targets: ["GuidedAccessClient"]),
+        .executable(name: "guidedaccessctl", targets: ["guidedaccessctl"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
     targets: [
         // C libraries through pkg-config.
@@ -58,6 +61,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
+        // The client library for kiosk apps: the service's API in Swift types,
+        // on the DBus layer only (not the domain, GuidedAccessCore).
+        .target(name: "GuidedAccessClient", dependencies: ["DBus"]),
+        // The command-line client.
+        .executableTarget(
+            name: "guidedaccessctl",
+            dependencies: ["GuidedAccessClient", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+
         // A test object served through the DBus layer, for the integration
         // tests, the demo and the benchmark.
         .executableTarget(
@@ -76,6 +87,8 @@ let package = Package(
         // target cannot depend on another).
         .testTarget(name: "DconfBackendTests", dependencies: ["DconfBackend"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
+        // Runs guidedaccessd (memory backend) on a private bus, so it depends on it.
+        .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient", "guidedaccessd"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,219 @@
+import DBus
+import Foundation
+import Glibc
+import GuidedAccessClient
+import Synchronization
+import Testing
+
+/// A dbus-daemon and guidedaccessd (user mode, memory backend) of the test's own.
+final class PrivateService: @unchecked Sendable {
+    let directory: String
+    let address: String
+    let busPID: pid_t
+    let daemonPID: pid_t
+
+    init() async throws {
+        var template = Array("/tmp/ga-client-tests-XXXXXX".utf8CString)
+        guard let dir = mkdtemp(&template) else { throw DBusError.failed("mkdtemp failed") }
+        directory = String(cString: dir)
+        try """
+            <busconfig>
+              <type>session</type>
+              <listen>unix:path=\(directory)/bus</listen>
+              <auth>EXTERNAL</auth>
+              <policy context="default">
+                <allow send_destination="*" eavesdrop="true"/>
+                <allow receive_sender="*"/>
+                <allow own="*"/>
+              </policy>
+            </busconfig>
+            """.write(toFile: directory + "/bus.conf", atomically: true, encoding: .utf8)
+        try "[Service]\nBackend=memory\n".write(toFile: directory + "/ga.conf", atomically: true, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: directory + "/state", withIntermediateDirectories: true)
+        let output = try Self.run(
+            ["/usr/bin/dbus-daemon", "--config-file=\(directory)/bus.conf", "--fork", "--print-address=1", "--print-pid=1"])
+        let lines = output.split(separator: "\n")
+        guard lines.count >= 2, let pid = pid_t(lines[1]) else { throw DBusError.failed("dbus-daemon said: \(output)") }
+        busPID = pid
+        address = "unix:path=\(directory)/bus"
+        daemonPID = try Self.spawn([
+            Self.daemonPath, "--user", "--address", address, "--config", directory + "/ga.conf",
+            "--state-dir", directory + "/state",
+        ])
+        // Ready when it owns its name.
+        let watcher = try await Connection.connect(to: .address(address))
+        for _ in 0..<200 {
+            if try await watcher.nameOwner(GuidedAccessClient.busName) != nil { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw DBusError.failed("guidedaccessd did not take its name")
+    }
+
+    deinit {
+        kill(daemonPID, SIGKILL)
+        var status: Int32 = 0
+        waitpid(daemonPID, &status, 0)
+        kill(busPID, SIGKILL)
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    static let daemonPath: String = {
+        let candidates: [String?] = [
+            Bundle.main.executableURL?.deletingLastPathComponent().path,
+            URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path,
+        ]
+        for case let dir? in candidates where FileManager.default.isExecutableFile(atPath: dir + "/guidedaccessd") {
+            return dir + "/guidedaccessd"
+        }
+        return ".build/debug/guidedaccessd"
+    }()
+
+    static func spawn(_ argv: [String]) throws -> pid_t {
+        var cArgs = argv.map { strdup($0) } + [nil]
+        defer { cArgs.forEach { free($0) } }
+        var child: pid_t = 0
+        let rc = posix_spawn(&child, argv[0], nil, nil, &cArgs, environ)
+        guard rc == 0 else { throw DBusError.failed("cannot start \(argv[0]): \(rc)") }
+        return child
+    }
+
+    /// Runs a program; its standard output up to two lines (the daemon forks
+    /// and keeps the pipe open).
+    static func run(_ argv: [String]) throws -> String {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw DBusError.failed("pipe failed") }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
+        posix_spawn_file_actions_addclose(&actions, fds[0])
+        var cArgs = argv.map { strdup($0) } + [nil]
+        defer { cArgs.forEach { free($0) } }
+        var child: pid_t = 0
+        let rc = posix_spawn(&child, argv[0], &actions, nil, &cArgs, environ)
+        posix_spawn_file_actions_destroy(&actions)
+        close(fds[1])
+        guard rc == 0 else { throw DBusError.failed("cannot start \(argv[0]): \(rc)") }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1024)
+        while bytes.filter({ $0 == UInt8(ascii: "\n") }).count < 2 {
+            let n = read(fds[0], &chunk, chunk.count)
+            if n <= 0 { break }
+            bytes += chunk[0..<n]
+        }
+        close(fds[0])
+        var status: Int32 = 0
+        waitpid(child, &status, 0)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+final class RecordingProvider: GuidedAccessRestrictionProvider {
+    let identifiers = ["com.example.kiosk.print", "com.example.kiosk.camera"]
+    let changes = Mutex<[String]>([])
+
+    func text(for identifier: String) -> String { identifier == "com.example.kiosk.print" ? "Printing" : "Camera" }
+    func detailText(for identifier: String) -> String? { identifier == "com.example.kiosk.print" ? "Print receipts" : nil }
+    func didChange(identifier: String, state: RestrictionState) {
+        changes.withLock { $0.append("\(identifier)=\(state.rawValue)") }
+    }
+}
+
+/// The next `count` events, or fewer when `timeout` passes first.
+func next(_ count: Int, of events: AsyncStream<GuidedAccessEvent>, timeout: Duration = .seconds(10)) async
+    -> [GuidedAccessEvent]
+{
+    await withTaskGroup(of: [GuidedAccessEvent]?.self) { group in
+        group.addTask {
+            var result: [GuidedAccessEvent] = []
+            for await event in events {
+                result.append(event)
+                if result.count == count { break }
+            }
+            return result
+        }
+        group.addTask {
+            try? await Task.sleep(for: timeout)
+            return nil
+        }
+        let first = await group.next()!
+        group.cancelAll()
+        return first ?? []
+    }
+}
+
+@Suite(.serialized) struct ClientTests {
+    @Test func sessionRestrictionsAndEventsInOrder() async throws {
+        let service = try await PrivateService()
+        let client = try await GuidedAccessClient.connect(bus: .address(service.address))
+        let events = try await client.changes()
+        let provider = RecordingProvider()
+        let delivery = try await client.register(provider: provider)
+        defer { delivery.cancel() }
+
+        #expect(try await client.isSessionActive == false)
+        try await client.requestSession(enabled: [.zoom, .grayscale], options: .init(timeLimit: .seconds(600), zoomFactor: 3))
+        #expect(try await client.isSessionActive)
+        #expect(try await client.enabledFeatures == [.zoom, .grayscale])
+        try await client.configure(features: [.grayscale], enabled: false)
+        #expect(try await client.enabledFeatures == [.zoom])
+        let status = try await client.status()
+        #expect(status.sessionOwner == client.connection.uniqueName)
+        #expect(status.sessionDeadline > 0)
+
+        #expect(try await client.restrictions() == [
+            Restriction(identifier: "com.example.kiosk.camera", text: "Camera"),
+            Restriction(identifier: "com.example.kiosk.print", text: "Printing", detailText: "Print receipts"),
+        ])
+        // User mode without [Operators]: our own user is an operator.
+        try await client.setRestrictionState(.deny, for: "com.example.kiosk.print")
+        #expect(try await client.restrictionState(for: "com.example.kiosk.print") == .deny)
+        try await client.endSession()
+
+        #expect(await next(4, of: events) == [
+            .session(active: true, reason: "started"),
+            .restriction(identifier: "com.example.kiosk.print", state: .deny),
+            .restriction(identifier: "com.example.kiosk.print", state: .allow),
+            .session(active: false, reason: "ended"),
+        ])
+        for _ in 0..<100 where provider.changes.withLock({ $0.count }) < 2 {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(provider.changes.withLock { $0 } == ["com.example.kiosk.print=deny", "com.example.kiosk.print=allow"])
+        await client.close()
+    }
+
+    @Test func errorsAreTyped() async throws {
+        let service = try await PrivateService()
+        let client = try await GuidedAccessClient.connect(bus: .address(service.address))
+        await #expect(throws: GuidedAccessError.self) { try await client.endSession() }
+        do {
+            try await client.endSession()
+        } catch {
+            guard case .notInSession(let message) = error else { Issue.record("got \(error)"); return }
+            #expect(!message.isEmpty)
+        }
+        do {
+            try await client.configure(featureNames: ["no-such-feature"], enabled: true)
+            Issue.record("no error")
+        } catch {
+            guard case .unknownFeature(let message) = error else { Issue.record("got \(error)"); return }
+            #expect(message.contains("no-such-feature"))
+        }
+        do {
+            _ = try await client.restrictionState(for: "com.example.nothing")
+            Issue.record("no error")
+        } catch {
+            guard case .unknownRestriction = error else { Issue.record("got \(error)"); return }
+        }
+        await client.close()
+    }
+
+    @Test func noBusIsServiceUnavailable() async {
+        do {
+            _ = try await GuidedAccessClient.connect(bus: .address("unix:path=/nonexistent/ga-bus"))
+            Issue.record("connected")
+        } catch {
+            guard case .serviceUnavailable = error else { Issue.record("got \(error)"); return }
+        }
+    }
+}
