@@ -78,6 +78,9 @@ let package = Package(
         // Benchmarks: run through scripts/bench-*.
         .executableTarget(name: "dbus-call-rate", dependencies: ["DBus"], path: "Benchmarks/dbus-call-rate"),
 
+        // Examples: a kiosk program on the client library.
+        .executableTarget(name: "kiosk-session", dependencies: ["GuidedAccessClient"], path: "Examples/kiosk-session"),
+
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "GuidedAccessCoreTests", dependencies: ["GuidedAccessCore"]),
         .testTarget(
