@@ -256,48 +256,41 @@ struct End: AsyncParsableCommand {
     }
 }
 
-struct Enable: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Turn features on in the session.",
-        discussion: "Features: " + GuidedAccessFeature.allCases.map(\.rawValue).joined(separator: ", "))
-
-    @OptionGroup var global: GlobalOptions
-
-    @ArgumentParser.Argument(help: ArgumentHelp("Features to turn on.", valueName: "F"))
+/// The features named on the command line, turned on or off in the session.
+struct FeatureList: ParsableArguments {
+    @ArgumentParser.Argument(help: ArgumentHelp("Features to turn on or off.", valueName: "F"))
     var features: [String]
 
     func validate() throws {
         if features.isEmpty { throw ValidationError("name at least one feature") }
     }
 
-    func run() async throws {
+    func configure(enabled: Bool, _ global: GlobalOptions) async throws {
         let names = features
         try await withClient(global) { client throws(GuidedAccessError) in
-            try await client.configure(featureNames: names, enabled: true)
+            try await client.configure(featureNames: names, enabled: enabled)
         }
     }
 }
 
-struct Disable: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Turn features off in the session.",
-        discussion: "Features: " + GuidedAccessFeature.allCases.map(\.rawValue).joined(separator: ", "))
+private let featureNames = "Features: " + GuidedAccessFeature.allCases.map(\.rawValue).joined(separator: ", ")
+
+struct Enable: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Turn features on in the session.", discussion: featureNames)
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var list: FeatureList
 
-    @ArgumentParser.Argument(help: ArgumentHelp("Features to turn off.", valueName: "F"))
-    var features: [String]
+    func run() async throws { try await list.configure(enabled: true, global) }
+}
 
-    func validate() throws {
-        if features.isEmpty { throw ValidationError("name at least one feature") }
-    }
+struct Disable: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Turn features off in the session.", discussion: featureNames)
 
-    func run() async throws {
-        let names = features
-        try await withClient(global) { client throws(GuidedAccessError) in
-            try await client.configure(featureNames: names, enabled: false)
-        }
-    }
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var list: FeatureList
+
+    func run() async throws { try await list.configure(enabled: false, global) }
 }
 
 // MARK: - restrictions
