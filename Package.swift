@@ -28,6 +28,10 @@ let package = Package(
             name: "CGio", path: "Modules/CGio", pkgConfig: "gio-2.0",
             providers: [.apt(["libglib2.0-dev"])]),
 
+        .systemLibrary(
+            name: "CDconf", path: "Modules/CDconf", pkgConfig: "dconf",
+            providers: [.apt(["libdconf-dev"])]),
+
         // A D-Bus layer over libdbus that knows nothing of GuidedAccess.
         .target(
             name: "DBus",
@@ -38,7 +42,7 @@ let package = Package(
         .target(name: "GuidedAccessCore"),
 
         // User mode: the mapped keys in the user's own GSettings (dconf).
-        .target(name: "GSettingsBackend", dependencies: ["CGio", "GuidedAccessCore"]),
+        .target(name: "GSettingsBackend", dependencies: ["CDconf", "CGio", "GuidedAccessCore"]),
         // Runs GSettingsBackend in its own process, so tests can give GLib a
         // private bus and config dirs before it reads its environment.
         .executableTarget(name: "gsettings-backend-probe", dependencies: ["GSettingsBackend"]),

@@ -1,33 +1,62 @@
+import CDconf
 import CGio
 import GuidedAccessCore
 
 /// User mode: the mapped keys in the user's own GSettings (dconf on a GNOME
 /// session).
 ///
+/// Two ways to the store, chosen once from the environment as GLib would:
+/// - **dconf** (GLib's default backend on GNOME; `GSETTINGS_BACKEND` unset or
+///   `dconf`): a libdconf client writes all changes of a call — keys of several
+///   schemas — as one change set, which dconf-service writes to disk in one go
+///   (one write and fsync instead of one per schema), and reports failures.
+///   Readers never see half of a change (invert-colors' two schemas).
+/// - **gsettings** (any other `GSETTINGS_BACKEND`, e.g. `keyfile`): GSettings
+///   objects in delay mode, one apply per schema, then `g_settings_sync`.
+/// The keys and values are the same either way: the dconf path of a key is
+/// its schema's path plus the key's name, the value a GVariant of the schema's
+/// type.
+///
 /// GLib aborts the process on `g_settings_new` with an unknown schema and
 /// warns or aborts on unknown keys and ill-typed values, so every call checks
 /// the key against the default schema source first (`GSettingsSchemaCheck`);
 /// GSettings objects are created only for schemas that exist, lazily, and kept.
 ///
-/// GSettings delivers change notifications to the thread-default main context
-/// of its creator. Nothing iterates GLib's default context in this service, so
-/// the objects are created on a private context that each call drains:
-/// notifications of other writers cannot pile up there unboundedly.
+/// GSettings and libdconf deliver change notifications to the thread-default
+/// main context of their creator. Nothing iterates GLib's default context in
+/// this service, so the objects are created on a private context that each
+/// call drains: notifications of other writers cannot pile up there.
 public final class GSettingsBackend: SettingsBackend {
     public let name = "gsettings"
 
+    /// How the keys reach the store: `dconf` or `gsettings` (see above).
+    public enum Store: String, Sendable, CaseIterable {
+        case dconf, gsettings
+
+        /// What GLib itself would use: dconf unless `GSETTINGS_BACKEND` names another backend.
+        public static var automatic: Store {
+            guard let chosen = getenv("GSETTINGS_BACKEND"), chosen.pointee != 0 else { return .dconf }
+            return String(cString: chosen) == "dconf" ? .dconf : .gsettings
+        }
+    }
+
+    public let store: Store
     private let schemaCheck = GSettingsSchemaCheck()
-    /// One delayed-apply GSettings object per schema, created on first use.
+    /// One delayed-apply GSettings object per schema, created on first use (store `gsettings`).
     private var settings: [String: UnsafeMutablePointer<GSettings>] = [:]
+    /// The libdconf client (store `dconf`), created on first use.
+    private var dconfClient: OpaquePointer?
     private let context: OpaquePointer
 
-    public init() {
+    public init(store: Store = .automatic) {
+        self.store = store
         context = g_main_context_new()
     }
 
     deinit {
         withContext {
             for object in settings.values { g_object_unref(object) }
+            if let dconfClient { g_object_unref(UnsafeMutableRawPointer(dconfClient)) }
         }
         g_main_context_unref(context)
     }
@@ -46,9 +75,7 @@ public final class GSettingsBackend: SettingsBackend {
         let schemaKey = try schemaCheck.checked(key, for: nil)
         g_settings_schema_key_unref(schemaKey)
         return try withContext { () throws(SettingsBackendError) -> SettingValue? in
-            guard let variant = g_settings_get_user_value(try object(for: key.schema), key.key) else {
-                return nil
-            }
+            guard let variant = try readUserValue(key) else { return nil }
             defer { g_variant_unref(variant) }
             guard let value = SettingValue(variant) else {
                 throw SettingsBackendError(
@@ -59,9 +86,9 @@ public final class GSettingsBackend: SettingsBackend {
     }
 
     /// Checks every change first (schema, key, type, range, writability), then
-    /// writes each schema's changes in one delayed apply — one dconf change
-    /// set per schema — and syncs. Changes of different schemas are separate
-    /// change sets: a reader can see one schema's changes before another's.
+    /// writes them all — as one dconf change set, or as one delayed apply per
+    /// schema with the `gsettings` store — and returns once the store has
+    /// written them, so another process reads the new values.
     public func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) {
         if changes.isEmpty { return }
         try withContext { () throws(SettingsBackendError) in
@@ -70,35 +97,18 @@ public final class GSettingsBackend: SettingsBackend {
                 let schemaKey = try schemaCheck.checked(key, for: value)
                 defer { g_settings_schema_key_unref(schemaKey) }
                 if let value { try schemaCheck.checkRange(value, of: key, schemaKey) }
-                // In delay mode g_settings_set_value cannot report a locked key,
-                // and g_settings_apply drops a refused write silently: ask first.
-                guard g_settings_is_writable(try object(for: key.schema), key.key) != 0 else {
+                // GSettings in delay mode cannot report a locked key, and
+                // g_settings_apply drops a refused write silently: ask first.
+                guard try isWritable(key) else {
                     throw SettingsBackendError(.writeFailed, "\(key) is not writable (locked)")
                 }
             }
-
-            var touched: [UnsafeMutablePointer<GSettings>] = []
-            for (key, value) in sorted {
-                let object = try object(for: key.schema)
-                if touched.last != object { touched.append(object) }
-                if let value {
-                    let variant = value.newVariant()
-                    defer { g_variant_unref(variant) }
-                    guard g_settings_set_value(object, key.key, variant) != 0 else {
-                        for object in touched { g_settings_revert(object) }
-                        throw SettingsBackendError(.writeFailed, "\(key) \(value) could not be written")
-                    }
-                } else {
-                    g_settings_reset(object, key.key)
-                }
+            switch store {
+            case .dconf: try writeChangeSet(sorted)
+            case .gsettings: try applyPerSchema(sorted)
             }
-            for object in touched { g_settings_apply(object) }
-            // dconf writes through D-Bus from its own thread; this waits until
-            // dconf-service has written the database.
-            g_settings_sync()
-
-            // A write the backend refused after all (dconf-service failed, no
-            // bus) is only logged by GLib: read the values back.
+            // A write the store refused after all (GSettings only logs it) or
+            // that another writer overtook: read the values back.
             for (key, value) in sorted {
                 let now = try readBack(key)
                 guard now == value else {
@@ -108,6 +118,72 @@ public final class GSettingsBackend: SettingsBackend {
                 }
             }
         }
+    }
+
+    // MARK: The dconf store
+
+    /// One change set for every key, written by dconf-service before the call returns.
+    private func writeChangeSet(_ sorted: [(key: SettingKey, value: SettingValue?)]) throws(SettingsBackendError) {
+        let changeset = dconf_changeset_new()!
+        defer { dconf_changeset_unref(changeset) }
+        for (key, value) in sorted {
+            let path = try dconfPath(of: key)
+            if let value {
+                let variant = value.newVariant()
+                dconf_changeset_set(changeset, path, variant)
+                g_variant_unref(variant)
+            } else {
+                dconf_changeset_set(changeset, path, nil)
+            }
+        }
+        var error: UnsafeMutablePointer<GError>? = nil
+        guard dconf_client_change_sync(client(), changeset, nil, nil, &error) != 0 else {
+            let message = error.map { String(cString: $0.pointee.message) } ?? "unknown error"
+            g_clear_error(&error)
+            let changes = sorted.map { "\($0.key) \($0.value.map { "\($0)" } ?? "reset")" }.joined(separator: ", ")
+            throw SettingsBackendError(.writeFailed, "\(changes) could not be written: dconf: \(message)")
+        }
+    }
+
+    /// The libdconf client; created inside `withContext`, so its change
+    /// notifications go to the private context.
+    private func client() -> OpaquePointer {
+        if let dconfClient { return dconfClient }
+        let made = dconf_client_new()!
+        dconfClient = made
+        return made
+    }
+
+    /// The key's dconf path: its schema's path and its name.
+    private func dconfPath(of key: SettingKey) throws(SettingsBackendError) -> String {
+        guard let schema = schemaCheck.schema(key.schema), let path = g_settings_schema_get_path(schema) else {
+            throw SettingsBackendError(.unsupported, "\(key.schema): no such schema")
+        }
+        return String(cString: path) + key.key
+    }
+
+    // MARK: The gsettings store
+
+    private func applyPerSchema(_ sorted: [(key: SettingKey, value: SettingValue?)]) throws(SettingsBackendError) {
+        var touched: [UnsafeMutablePointer<GSettings>] = []
+        for (key, value) in sorted {
+            let object = try object(for: key.schema)
+            if touched.last != object { touched.append(object) }
+            if let value {
+                let variant = value.newVariant()
+                defer { g_variant_unref(variant) }
+                guard g_settings_set_value(object, key.key, variant) != 0 else {
+                    for object in touched { g_settings_revert(object) }
+                    throw SettingsBackendError(.writeFailed, "\(key) \(value) could not be written")
+                }
+            } else {
+                g_settings_reset(object, key.key)
+            }
+        }
+        for object in touched { g_settings_apply(object) }
+        // The backend may write from its own thread (dconf through D-Bus);
+        // this waits until it has.
+        g_settings_sync()
     }
 
     /// The GSettings object of a schema `check` has found. Runs inside `withContext`.
@@ -123,15 +199,44 @@ public final class GSettingsBackend: SettingsBackend {
         return object
     }
 
+    // MARK: Both stores
+
+    /// The user's own value of a checked key (a new reference), nil when unset.
+    /// A value of another type than the schema's counts as unset, as GSettings has it.
+    private func readUserValue(_ key: SettingKey) throws(SettingsBackendError) -> OpaquePointer? {
+        switch store {
+        case .gsettings:
+            return g_settings_get_user_value(try object(for: key.schema), key.key)
+        case .dconf:
+            guard let variant = dconf_client_read_full(client(), try dconfPath(of: key), DCONF_READ_USER_VALUE, nil) else {
+                return nil
+            }
+            let schemaKey = try schemaCheck.checked(key, for: nil)
+            defer { g_settings_schema_key_unref(schemaKey) }
+            guard g_variant_is_of_type(variant, g_settings_schema_key_get_value_type(schemaKey)) != 0 else {
+                g_variant_unref(variant)
+                return nil
+            }
+            return variant
+        }
+    }
+
+    private func isWritable(_ key: SettingKey) throws(SettingsBackendError) -> Bool {
+        switch store {
+        case .gsettings: return g_settings_is_writable(try object(for: key.schema), key.key) != 0
+        case .dconf: return dconf_client_is_writable(client(), try dconfPath(of: key)) != 0
+        }
+    }
+
     private func readBack(_ key: SettingKey) throws(SettingsBackendError) -> SettingValue? {
-        guard let variant = g_settings_get_user_value(try object(for: key.schema), key.key) else { return nil }
+        guard let variant = try readUserValue(key) else { return nil }
         defer { g_variant_unref(variant) }
         return SettingValue(variant)
     }
 
     /// Runs `body` with the private context as the thread's default, so
-    /// GSettings objects made here notify on it and our own writes dispatch
-    /// at once, and drains what other writers' notifications queued there.
+    /// objects made here notify on it and our own writes dispatch at once,
+    /// and drains what other writers' notifications queued there.
     private func withContext<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
         g_main_context_push_thread_default(context)
         defer {

@@ -10,7 +10,10 @@
 //   validate SCHEMA KEY VALUE      → `ok` or an error line
 //   availability SCHEMA KEY VALUE  → available, missingSchema, missingKey, wrongType(expected: T)
 //   time-set SCHEMA KEY VALUE N    → N applies of one value: `p50 … p90 … max …` in µs
+//   store                          → the store in use: dconf or gsettings
 //   memory                         → VmRSS and RssAnon of this process, from /proc/self/status
+// GUIDEDACCESS_PROBE_STORE=dconf|gsettings picks the backend's store (default:
+// what GSETTINGS_BACKEND implies, as in the service).
 // VALUE is GVariant text: true, false, a number (a double), or a 'string'.
 // Error lines read `error KIND: MESSAGE`. Exits 2 on a malformed command.
 import Glibc
@@ -45,7 +48,8 @@ func errorLine(_ error: SettingsBackendError) -> String {
     "error \(error.kind): \(error.message)"
 }
 
-let backend = GSettingsBackend()
+let backend = GSettingsBackend(
+    store: getenv("GUIDEDACCESS_PROBE_STORE").flatMap { GSettingsBackend.Store(rawValue: String(cString: $0)) } ?? .automatic)
 var staged: [SettingKey: SettingValue?] = [:]
 
 for command in CommandLine.arguments.dropFirst() {
@@ -103,6 +107,8 @@ for command in CommandLine.arguments.dropFirst() {
             func at(_ q: Double) -> Int { Int(micros[min(micros.count - 1, Int(Double(micros.count) * q))]) }
             return "p50 \(at(0.5)) p90 \(at(0.9)) max \(Int(micros.last!)) µs over \(count)"
         }
+    case "store":
+        print(backend.store.rawValue)
     case "memory":
         var lines: [String] = []
         if let status = fopen("/proc/self/status", "r") {

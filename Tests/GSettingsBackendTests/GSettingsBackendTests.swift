@@ -79,36 +79,38 @@ let interface = "org.gnome.desktop.interface"
 }
 
 /// Reads and writes through real dconf on a private bus, with the backend in
+/// the probe process and cross-checks by `gsettings` and `dconf`; each test
+/// once per store (libdconf change sets, and GSettings objects).
 /// the probe process and cross-checks by `gsettings` and `dconf`.
 @Suite struct RealDconf {
-    @Test func appliedValueIsVisibleToAnotherProcessWhenApplyReturns() throws {
-        let dconf = try PrivateDconf()
+    @Test(arguments: GSettingsBackend.Store.allCases) func appliedValueIsVisibleToAnotherProcessWhenApplyReturns(store: GSettingsBackend.Store) throws {
+        let dconf = try PrivateDconf(store: store)
         #expect(try dconf.probe("set \(magnifier) mag-factor 3.5") == ["ok"])
         #expect(try dconf.gsettingsGet(magnifier, "mag-factor") == "3.5")
         #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/mag-factor") == "3.5")
     }
 
-    @Test func enumKeyIsWrittenAsItsNick() throws {
-        let dconf = try PrivateDconf()
+    @Test(arguments: GSettingsBackend.Store.allCases) func enumKeyIsWrittenAsItsNick(store: GSettingsBackend.Store) throws {
+        let dconf = try PrivateDconf(store: store)
         #expect(
             try dconf.probe("set \(magnifier) screen-position 'top-half'", "get \(magnifier) screen-position")
                 == ["ok", "'top-half'"])
         #expect(try dconf.gsettingsGet(magnifier, "screen-position") == "'top-half'")
     }
 
-    @Test func unsetKeyHasNoUserValue() throws {
-        let dconf = try PrivateDconf()
+    @Test(arguments: GSettingsBackend.Store.allCases) func unsetKeyHasNoUserValue(store: GSettingsBackend.Store) throws {
+        let dconf = try PrivateDconf(store: store)
         #expect(try dconf.probe("get \(magnifier) mag-factor") == ["unset"])
     }
 
-    @Test func userValueReadsWhatAnotherProcessWrote() throws {
-        let dconf = try PrivateDconf()
+    @Test(arguments: GSettingsBackend.Store.allCases) func userValueReadsWhatAnotherProcessWrote(store: GSettingsBackend.Store) throws {
+        let dconf = try PrivateDconf(store: store)
         #expect(try dconf.run("/usr/bin/gsettings", ["set", applications, "screen-reader-enabled", "true"]).status == 0)
         #expect(try dconf.probe("get \(applications) screen-reader-enabled") == ["true"])
     }
 
-    @Test func resetLeavesTheKeyUnset() throws {
-        let dconf = try PrivateDconf()
+    @Test(arguments: GSettingsBackend.Store.allCases) func resetLeavesTheKeyUnset(store: GSettingsBackend.Store) throws {
+        let dconf = try PrivateDconf(store: store)
         #expect(try dconf.probe("set \(magnifier) invert-lightness true") == ["ok"])
         #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/invert-lightness") == "true")
         #expect(try dconf.probe("reset \(magnifier) invert-lightness", "get \(magnifier) invert-lightness") == ["ok", "unset"])
@@ -116,8 +118,8 @@ let interface = "org.gnome.desktop.interface"
         #expect(try dconf.gsettingsGet(magnifier, "invert-lightness") == "false")
     }
 
-    @Test func batchAppliesValuesAndResetsAcrossSchemas() throws {
-        let dconf = try PrivateDconf()
+    @Test(arguments: GSettingsBackend.Store.allCases) func batchAppliesValuesAndResetsAcrossSchemas(store: GSettingsBackend.Store) throws {
+        let dconf = try PrivateDconf(store: store)
         #expect(try dconf.probe("set \(magnifier) color-saturation 0.5") == ["ok"])
         let lines = try dconf.probe(
             "stage \(applications) screen-magnifier-enabled true",
@@ -134,8 +136,8 @@ let interface = "org.gnome.desktop.interface"
         #expect(try dconf.dconfRead("/org/gnome/desktop/interface/text-scaling-factor") == "1.5")
     }
 
-    @Test func batchWithAValueOutOfRangeWritesNothing() throws {
-        let dconf = try PrivateDconf()
+    @Test(arguments: GSettingsBackend.Store.allCases) func batchWithAValueOutOfRangeWritesNothing(store: GSettingsBackend.Store) throws {
+        let dconf = try PrivateDconf(store: store)
         let lines = try dconf.probe(
             "stage \(magnifier) invert-lightness true",
             "stage \(magnifier) mag-factor 40.0",
@@ -144,8 +146,8 @@ let interface = "org.gnome.desktop.interface"
         #expect(try dconf.run("/usr/bin/dconf", ["dump", "/"]).stdout == "")
     }
 
-    @Test func unknownSchemaIsRefusedWithoutCrashingTheProcess() throws {
-        let dconf = try PrivateDconf()
+    @Test(arguments: GSettingsBackend.Store.allCases) func unknownSchemaIsRefusedWithoutCrashingTheProcess(store: GSettingsBackend.Store) throws {
+        let dconf = try PrivateDconf(store: store)
         let lines = try dconf.probe(
             "availability org.example.none enabled true",
             "set org.example.none enabled true",
@@ -160,8 +162,8 @@ let interface = "org.gnome.desktop.interface"
         #expect(lines[4].hasPrefix("error unsupported: org.gnome.desktop.a11y.interface reduced-motion"))
     }
 
-    @Test func lockedKeyIsRefusedAndTheBatchIsNotWritten() throws {
-        let dconf = try PrivateDconf()
+    @Test(arguments: GSettingsBackend.Store.allCases) func lockedKeyIsRefusedAndTheBatchIsNotWritten(store: GSettingsBackend.Store) throws {
+        let dconf = try PrivateDconf(store: store)
         // A file-db with a lock, as system mode makes them (`dconf update DIR`).
         let db = dconf.root + "/db"
         try FileManager.default.createDirectory(atPath: db + "/site.d/locks", withIntermediateDirectories: true)
@@ -183,12 +185,34 @@ let interface = "org.gnome.desktop.interface"
         #expect(try dconf.run("/usr/bin/gsettings", ["get", magnifier, "mag-factor"], extra: profile).stdout == "6.0\n")
     }
 
-    @Test func writeWithoutDconfServiceIsAWriteFailure() throws {
-        let dconf = try PrivateDconf()
+    @Test(arguments: GSettingsBackend.Store.allCases) func writeWithoutDconfServiceIsAWriteFailure(store: GSettingsBackend.Store) throws {
+        let dconf = try PrivateDconf(store: store)
         let lines = try dconf.probe(
             "set \(magnifier) mag-factor 4.0",
             extra: ["DBUS_SESSION_BUS_ADDRESS": "unix:path=\(dconf.root)/no-bus"])
         #expect(lines.count == 1)
         #expect(lines.first?.hasPrefix("error writeFailed: org.gnome.desktop.a11y.magnifier mag-factor 4.0") == true)
+    }
+}
+
+/// Which store the service uses, as GLib would choose its backend.
+@Suite struct StoreChoice {
+    @Test func dconfUnlessGSettingsBackendNamesAnother() throws {
+        let dconf = try PrivateDconf(store: .dconf)
+        let env = ["GUIDEDACCESS_PROBE_STORE": ""]
+        #expect(try dconf.probe("store", extra: env) == ["dconf"])
+        #expect(try dconf.probe("store", extra: env.merging(["GSETTINGS_BACKEND": "keyfile"]) { $1 }) == ["gsettings"])
+        #expect(try dconf.probe("store", extra: env.merging(["GSETTINGS_BACKEND": ""]) { $1 }) == ["dconf"])
+    }
+
+    /// GSettings' keyfile backend: the gsettings store with a backend other than dconf.
+    @Test func keyfileBackendIsWrittenThroughGSettings() throws {
+        let dconf = try PrivateDconf(store: .dconf)
+        let env = ["GUIDEDACCESS_PROBE_STORE": "", "GSETTINGS_BACKEND": "keyfile"]
+        #expect(try dconf.probe("set \(magnifier) mag-factor 3.5", "get \(magnifier) mag-factor", extra: env) == ["ok", "3.5"])
+        let keyfile = try String(contentsOfFile: dconf.root + "/config/glib-2.0/settings/keyfile", encoding: .utf8)
+        #expect(keyfile.contains("[org/gnome/desktop/a11y/magnifier]"))
+        #expect(keyfile.contains("mag-factor=3.5"))
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/mag-factor") == "")
     }
 }

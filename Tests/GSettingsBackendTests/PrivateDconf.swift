@@ -1,4 +1,5 @@
 import Foundation
+import GSettingsBackend
 import Testing
 
 /// A private session bus with real dconf behind it: its own dbus-daemon (which
@@ -12,7 +13,7 @@ final class PrivateDconf {
     let environment: [String: String]
     private let daemon: pid_t
 
-    init() throws {
+    init(store: GSettingsBackend.Store = .dconf) throws {
         // Short: a unix socket path has to fit in 108 bytes.
         root = "/tmp/gsb-" + UUID().uuidString.prefix(8).lowercased()
         let files = FileManager.default
@@ -45,6 +46,7 @@ final class PrivateDconf {
             "XDG_CACHE_HOME": root + "/home/.cache",
             "DBUS_SESSION_BUS_ADDRESS": "unix:path=\(root)/bus",
             "GSETTINGS_BACKEND": "dconf",
+            "GUIDEDACCESS_PROBE_STORE": store.rawValue,
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "LANG": "C.UTF-8",
         ]
