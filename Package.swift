@@ -24,6 +24,8 @@ let package = Package(
             providers: [.apt(["libdbus-1-dev"])]),
         // Linux event sources (epoll, eventfd, timerfd, signalfd) for the main loop.
         .systemLibrary(name: "CLinux", path: "Modules/CLinux"),
+        // Forking a helper (guidedaccessctl's polkit agent) as systemd's tools do.
+        .systemLibrary(name: "CProcess", path: "Modules/CProcess"),
         .systemLibrary(
             name: "CGio", path: "Modules/CGio", pkgConfig: "gio-2.0",
             providers: [.apt(["libglib2.0-dev"])]),
@@ -71,7 +73,9 @@ let package = Package(
         // The command-line client.
         .executableTarget(
             name: "guidedaccessctl",
-            dependencies: ["GuidedAccessClient", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: [
+                "GuidedAccessClient", "CProcess", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]),
 
         // A test object served through the DBus layer, for the integration
         // tests, the demo and the benchmark.

@@ -62,6 +62,11 @@ struct GlobalOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Connect to this bus address instead.", valueName: "ADDR"))
     var address: String?
 
+    @Flag(
+        name: .customLong("no-ask-password"),
+        help: "Never ask for a password: no interactive polkit authorization, no pkttyagent.")
+    var noAskPassword = false
+
     func validate() throws {
         if [system, user, address != nil].filter({ $0 }).count > 1 {
             throw ValidationError("--system, --user and --address exclude each other")
@@ -84,14 +89,20 @@ func fail(_ message: String, _ code: Exit) -> Failure {
     return Failure(code: code)
 }
 
-/// Connects (with interactive authorization when stdin is a terminal), runs
-/// `body`, and turns a GuidedAccessError into its message and exit code.
-func withClient<T>(_ options: GlobalOptions, _ body: (GuidedAccessClient) async throws(GuidedAccessError) -> T)
-    async throws -> T
-{
+/// Connects, runs `body`, and turns a GuidedAccessError into its message and
+/// exit code. When stdin is a terminal (and not --no-ask-password), calls
+/// allow interactive authorization; for a call that may need authorization
+/// (`mayAuthorize`) on the system bus, pkttyagent runs meanwhile to ask for
+/// the password on the terminal.
+func withClient<T>(
+    _ options: GlobalOptions, mayAuthorize: Bool = false,
+    _ body: (GuidedAccessClient) async throws(GuidedAccessError) -> T
+) async throws -> T {
+    let interactive = !options.noAskPassword && isatty(STDIN_FILENO) != 0
+    let agent = interactive && mayAuthorize && PolkitAgent.isUseful(for: options.bus) ? PolkitAgent.open() : nil
+    defer { agent?.close() }
     do {
-        let client = try await GuidedAccessClient.connect(
-            bus: options.bus, allowInteractiveAuthorization: isatty(0) != 0)
+        let client = try await GuidedAccessClient.connect(bus: options.bus, allowInteractiveAuthorization: interactive)
         return try await body(client)
     } catch {
         throw fail(error.message, Exit(error))
@@ -240,7 +251,7 @@ struct Start: AsyncParsableCommand {
             options.timeLimit = limit
         }
         let names = features
-        try await withClient(global) { client throws(GuidedAccessError) in
+        try await withClient(global, mayAuthorize: true) { client throws(GuidedAccessError) in
             try await client.requestSession(featureNames: names, options: options)
         }
     }
@@ -252,7 +263,9 @@ struct End: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
 
     func run() async throws {
-        try await withClient(global) { client throws(GuidedAccessError) in try await client.endSession() }
+        try await withClient(global, mayAuthorize: true) { client throws(GuidedAccessError) in
+            try await client.endSession()
+        }
     }
 }
 
@@ -267,7 +280,7 @@ struct FeatureList: ParsableArguments {
 
     func configure(enabled: Bool, _ global: GlobalOptions) async throws {
         let names = features
-        try await withClient(global) { client throws(GuidedAccessError) in
+        try await withClient(global, mayAuthorize: true) { client throws(GuidedAccessError) in
             try await client.configure(featureNames: names, enabled: enabled)
         }
     }
@@ -333,7 +346,7 @@ struct Restrict: AsyncParsableCommand {
     func run() async throws {
         let state = RestrictionState(rawValue: state)!
         let identifier = identifier
-        try await withClient(global) { client throws(GuidedAccessError) in
+        try await withClient(global, mayAuthorize: true) { client throws(GuidedAccessError) in
             try await client.setRestrictionState(state, for: identifier)
         }
     }
