@@ -1,0 +1,442 @@
+"""A real GNOME Shell, headless, for the desktop test (test_desktop.py).
+
+Desktop starts, in a private directory /tmp/ga-desk-XXXX:
+- a private *system* bus: gnome-shell 43 insists on one (it sees
+  /run/systemd/seats and wants logind); empty, with an allow-all policy
+  (without receive_sender the replies are dropped and the shell dies);
+- a private *session* bus that D-Bus-activates services from
+  /usr/share/dbus-1/services (dconf-service, and what the shell asks for);
+- `gnome-shell --headless --virtual-monitor 1280x800 --wayland --no-x11` with
+  its own HOME, XDG_CONFIG_HOME (so its own dconf database) and
+  XDG_RUNTIME_DIR;
+- guidedaccessd --user on the same session bus, with the same environment,
+  so the keys it writes are the keys the shell reads;
+and takes screenshots through org.gnome.Shell.Screenshot, which answers only
+callers owning an allow-listed name: this module's connection owns
+org.gnome.Screenshot.
+
+Every process is started as the leader of a session of its own (setsid);
+stop() stops and kills every process in those sessions (so also whatever the
+buses activated and whatever those started), then removes the directory. It
+also runs at interpreter exit, and the leaders die with their parent
+(PR_SET_PDEATHSIG).
+
+Images are measured with ImageMagick from /usr/bin (convert, compare).
+The recipe: ../shared/notes/real-systems.md, section 1."""
+
+import atexit
+import colorsys
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent.parent
+DAEMON_BINARY = Path(os.environ.get("GUIDEDACCESSD", REPO_ROOT / ".build" / "debug" / "guidedaccessd"))
+
+WIDTH, HEIGHT = 1280, 800
+TOP_BAR = 32  # height of the shell's top bar at scale 1
+# The clock (and the do-not-disturb bell next to it) in the middle of the top
+# bar: it ticks every minute, so comparisons of whole screens leave it out.
+CLOCK = (520, 0, 240, TOP_BAR)  # x, y, w, h
+BODY = (0, TOP_BAR, WIDTH, HEIGHT - TOP_BAR)  # the wallpaper under the top bar
+ACTIVITIES = (0, 0, 120, TOP_BAR)  # the "Activities" button's label
+
+GA_NAME = "org.guidedaccess.GuidedAccess1"
+GA_PATH = "/org/guidedaccess/GuidedAccess1"
+GA_IFACE = "org.guidedaccess.GuidedAccess1"
+GA_ERROR = "org.guidedaccess.GuidedAccess1.Error."
+
+TOOLS = {name: f"/usr/bin/{name}" for name in ("gnome-shell", "dbus-daemon", "convert", "compare", "gsettings")}
+
+BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>{type}</type>
+  <listen>unix:path={socket}</listen>
+  <auth>EXTERNAL</auth>
+  {servicedir}
+  <policy context="default">
+    <allow user="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"""
+
+
+def missing_tools():
+    """The programs this needs that are not installed."""
+    return [path for path in TOOLS.values() if not os.access(path, os.X_OK)]
+
+
+# ---------------------------------------------------------------- processes
+
+
+def _die_with_parent():
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _session_and_state(pid):
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # state ppid pgrp session ...
+    return int(fields[3]), fields[0]
+
+
+def processes_in_sessions(sessions):
+    """Live (not zombie) pids whose session id is one of `sessions`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            info = _session_and_state(int(entry))
+            if info and info[0] in sessions and info[1] != "Z":
+                found.append(int(entry))
+    return found
+
+
+_LIVE = []  # every Desktop not stopped yet
+
+
+@atexit.register
+def _stop_all():
+    for desktop in list(_LIVE):
+        desktop.stop()
+
+
+class Desktop:
+    def __init__(self):
+        self.root = Path(tempfile.mkdtemp(prefix="/tmp/ga-desk-"))
+        _LIVE.append(self)
+        for name in ("home", "config", "cache", "runtime", "state", "shots"):
+            (self.root / name).mkdir(mode=0o700)
+        self.processes = {}  # name -> Popen; each leads a session of its own
+        self.sessions = set()
+        self._connections = []
+        self._shots = 0
+        self.env = {
+            "HOME": str(self.root / "home"),
+            "XDG_CONFIG_HOME": str(self.root / "config"),
+            "XDG_CACHE_HOME": str(self.root / "cache"),
+            "XDG_RUNTIME_DIR": str(self.root / "runtime"),
+            "XDG_STATE_HOME": str(self.root / "home" / ".local" / "state"),
+            "XDG_DATA_DIRS": "/usr/local/share:/usr/share",
+            "GSETTINGS_BACKEND": "dconf",
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": "C.UTF-8",
+            "NO_AT_BRIDGE": "1",
+        }
+        self.system_address = self._start_bus("system")
+        self.session_address = self._start_bus("session")
+        self.env["DBUS_SYSTEM_BUS_ADDRESS"] = self.system_address
+        self.env["DBUS_SESSION_BUS_ADDRESS"] = self.session_address
+
+    def log(self, name):
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def logs(self):
+        return [(f"{name} (pid {process.pid}) output", self.log(name)) for name, process in self.processes.items()]
+
+    def _spawn(self, name, argv, stdout=None):
+        with open(self.root / f"{name}.log", "ab") as log:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=stdout or log, stderr=log, env=self.env,
+                start_new_session=True, preexec_fn=_die_with_parent)
+        self.processes[name] = process
+        self.sessions.add(process.pid)
+        return process
+
+    def _start_bus(self, kind):
+        name = f"{kind}-bus"
+        socket = self.root / f"{name}.sock"
+        servicedir = "<servicedir>/usr/share/dbus-1/services</servicedir>" if kind == "session" else ""
+        config = self.root / f"{name}.conf"
+        config.write_text(BUS_CONFIG.format(type=kind, socket=socket, servicedir=servicedir))
+        process = self._spawn(name, [TOOLS["dbus-daemon"], f"--config-file={config}", "--nofork", "--nopidfile",
+                                     "--print-address=1"], stdout=subprocess.PIPE)
+        line = process.stdout.readline().decode()
+        process.stdout.close()
+        if not line.startswith(f"unix:path={socket}"):
+            raise RuntimeError(f"the {kind} dbus-daemon did not start: {line!r} {self.log(name)}")
+        return f"unix:path={socket}"
+
+    # -- clients in this environment
+
+    def run(self, argv, timeout=15):
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout, env=self.env)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(map(str, argv))}: exit {done.returncode}: {done.stderr.strip()}")
+        return done.stdout
+
+    def gsettings_set(self, schema, key, value):
+        self.run([TOOLS["gsettings"], "set", schema, key, value])
+
+    def connect(self):
+        """A dbus-python connection to the session bus."""
+        import dbus.bus
+
+        connection = dbus.bus.BusConnection(self.session_address)
+        self._connections.append(connection)
+        return connection
+
+    @staticmethod
+    def wait_for_name(connection, name, process, timeout):
+        deadline = time.monotonic() + timeout
+        while not connection.name_has_owner(name):
+            if process.poll() is not None:
+                raise RuntimeError(f"{process.args[0]} exited with {process.returncode} before {name} appeared")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} did not appear within {timeout} s")
+            time.sleep(0.05)
+
+    # -- gnome-shell
+
+    def start_shell(self, timeout=60):
+        shell = self._spawn("gnome-shell", [
+            TOOLS["gnome-shell"], "--headless", "--virtual-monitor", f"{WIDTH}x{HEIGHT}", "--wayland", "--no-x11"])
+        self.bus = self.connect()
+        self.wait_for_name(self.bus, "org.gnome.Shell", shell, timeout)
+        self.wait_for_name(self.bus, "org.gnome.Shell.Screenshot", shell, timeout)
+        self.bus.request_name("org.gnome.Screenshot")
+        self.shell_object = self.bus.get_object("org.gnome.Shell", "/org/gnome/Shell", introspect=False)
+        self.shooter = self.bus.get_object("org.gnome.Shell.Screenshot", "/org/gnome/Shell/Screenshot",
+                                           introspect=False)
+
+    def overview_active(self):
+        return bool(self.shell_object.Get("org.gnome.Shell", "OverviewActive",
+                                          dbus_interface="org.freedesktop.DBus.Properties"))
+
+    def close_overview(self, timeout=30):
+        """The shell starts in the overview once its start-up animation is
+        done; waits for that, then closes it."""
+        import dbus
+
+        deadline = time.monotonic() + timeout
+        while not self.overview_active():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the shell did not show its overview within {timeout} s")
+            time.sleep(0.05)
+        self.shell_object.Set("org.gnome.Shell", "OverviewActive", dbus.Boolean(False), signature="ssv",
+                              dbus_interface="org.freedesktop.DBus.Properties")
+        while self.overview_active():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the overview did not close within {timeout} s")
+            time.sleep(0.05)
+
+    def screenshot(self):
+        """The whole screen, without the pointer, as a Shot."""
+        self._shots += 1
+        path = self.root / "shots" / f"{self._shots:03}.png"
+        started = time.monotonic()
+        ok, used = self.shooter.Screenshot(False, False, str(path), dbus_interface="org.gnome.Shell.Screenshot",
+                                           timeout=15)
+        if not ok:
+            raise RuntimeError(f"org.gnome.Shell.Screenshot could not write {path}")
+        return Shot(Path(str(used)), started)
+
+    def settle(self, done=lambda shot: True, stable_for=0.5, timeout=10.0):
+        """Screenshots until the screen has stayed the same for `stable_for`
+        seconds and done(shot) holds (transitions pass through single black
+        or half-drawn frames); returns that shot, or after `timeout` the last
+        one (the caller's assertions then report what it shows)."""
+        deadline = time.monotonic() + timeout
+        first = last = self.screenshot()
+        while True:
+            if time.monotonic() > deadline:
+                return last
+            time.sleep(0.05)
+            shot = self.screenshot()
+            if not shot.same(last):
+                first = shot
+            last = shot
+            if shot.taken - first.taken >= stable_for and done(shot):
+                return shot
+
+    def unchanged_for(self, reference, seconds):
+        """Screenshots for `seconds`; the shots that differ from `reference`."""
+        deadline = time.monotonic() + seconds
+        differing = []
+        while time.monotonic() < deadline:
+            shot = self.screenshot()
+            if not shot.same(reference):
+                differing.append(shot)
+            time.sleep(0.1)
+        return differing
+
+    # -- guidedaccessd
+
+    def start_daemon(self, timeout=15):
+        if not DAEMON_BINARY.exists():
+            raise FileNotFoundError(
+                f"{DAEMON_BINARY} does not exist: build it with 'swift build' or set GUIDEDACCESSD")
+        daemon = self._spawn("guidedaccessd", [str(DAEMON_BINARY), "--user", "--address", self.session_address,
+                                               "--state-dir", str(self.root / "state")])
+        self.wait_for_name(self.bus, GA_NAME, daemon, timeout)
+        return daemon
+
+    # -- the end
+
+    def stop(self):
+        """Kills every process in this desktop's sessions and removes its
+        directory; returns the pids still alive afterwards (none)."""
+        if self not in _LIVE:
+            return []
+        _LIVE.remove(self)
+        for connection in self._connections:
+            try:
+                connection.close()
+            except Exception:
+                pass
+        for _ in range(50):
+            pids = processes_in_sessions(self.sessions)
+            if not pids:
+                break
+            # Stopped first, so that none starts another while they are killed.
+            for sig in (signal.SIGSTOP, signal.SIGKILL):
+                for pid in pids:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+            for process in self.processes.values():
+                try:
+                    process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+            time.sleep(0.02)
+        shutil.rmtree(self.root, ignore_errors=True)
+        return processes_in_sessions(self.sessions)
+
+
+# ---------------------------------------------------------------- images (ImageMagick)
+
+
+def magick(tool, *args, check=True, binary=False):
+    done = subprocess.run([TOOLS[tool], *map(str, args)], capture_output=True, text=not binary, timeout=60)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{tool} {' '.join(map(str, args))}: {done.stderr}")
+    return done
+
+
+def crop(region):
+    x, y, w, h = region
+    return ["-crop", f"{w}x{h}+{x}+{y}", "+repage"]
+
+
+def masked(path):
+    """The image with the clock painted black, as raw RGB bytes."""
+    x, y, w, h = CLOCK
+    return magick("convert", path, "-fill", "black", "-draw", f"rectangle {x},{y} {x + w - 1},{y + h - 1}",
+                  "-depth", "8", "rgb:-", binary=True).stdout
+
+
+class Shot:
+    """One screenshot; compared with others with the clock left out."""
+
+    def __init__(self, path, taken):
+        self.path = path
+        self.taken = taken
+        self._masked = None
+
+    @property
+    def pixels(self):
+        if self._masked is None:
+            self._masked = masked(self.path)
+        return self._masked
+
+    def same(self, other):
+        return self.pixels == other.pixels
+
+    def fx(self, expression, region, *operations):
+        """An ImageMagick fx expression over a region, after `operations`."""
+        done = magick("convert", self.path, *crop(region), *operations, "-format", f"%[fx:{expression}]", "info:")
+        return float(done.stdout.strip())
+
+    def lightness(self, region=BODY):
+        """Mean HSL lightness, 0…1."""
+        return self.fx("mean", region, "-colorspace", "HSL", "-channel", "B", "-separate")
+
+    def saturation(self, region=BODY):
+        """Mean HSL saturation, 0…1."""
+        return self.fx("mean", region, "-colorspace", "HSL", "-channel", "G", "-separate")
+
+    def brightest(self, region):
+        """The brightest gray level in a region, 0…1."""
+        return self.fx("maxima", region, "-colorspace", "Gray")
+
+    def masked_file(self):
+        out = self.path.with_suffix(".masked.png")
+        if not out.exists():
+            x, y, w, h = CLOCK
+            magick("convert", self.path, "-fill", "black",
+                   "-draw", f"rectangle {x},{y} {x + w - 1},{y + h - 1}", out)
+        return out
+
+    def region_file(self, region, scale=None):
+        """A region of the shot (the clock left out), resized to `scale`
+        (an ImageMagick geometry) if given."""
+        x, y, w, h = region
+        out = self.path.with_suffix(f".{w}x{h}+{x}+{y}{'-scaled' if scale else ''}.png")
+        if not out.exists():
+            magick("convert", self.masked_file(), *crop(region), *(["-resize", scale] if scale else []), out)
+        return out
+
+
+def compare(metric, a, b):
+    """ImageMagick `compare -metric METRIC a b`: AE → pixels that differ,
+    RMSE → normalized root-mean-square error 0…1."""
+    done = magick("compare", "-metric", metric, a, b, "null:", check=False)
+    if done.returncode not in (0, 1):  # 0 same, 1 different, 2 error
+        raise RuntimeError(f"compare {a} {b}: {done.stderr.strip()}")
+    text = done.stderr.strip()
+    if metric == "RMSE":
+        return float(text.split("(")[1].rstrip(")"))
+    return int(float(text.split()[0]))
+
+
+def changed_pixels(a, b, region=None):
+    """Pixels that differ between two shots (the clock left out), in a region
+    or on the whole screen."""
+    if region is None:
+        return compare("AE", a.masked_file(), b.masked_file())
+    return compare("AE", a.region_file(region), b.region_file(region))
+
+
+def write_wallpaper(path):
+    """Known content for the screen: 80-pixel tiles of saturated colours,
+    hue from left to right, dark (lightness 0.15 to 0.42) from top to bottom,
+    so that inverting raises the mean lightness a lot and grayscale takes a
+    lot of saturation away; dark grid lines give zoom edges to magnify."""
+    tile = 80
+    columns, rows = WIDTH // tile, HEIGHT // tile
+    colours = [[bytes(int(c * 255) for c in colorsys.hls_to_rgb(col / columns, 0.15 + 0.3 * row / rows, 0.85))
+                for col in range(columns)] for row in range(rows)]
+    line = b"\x10\x10\x10"
+    data = bytearray()
+    for y in range(HEIGHT):
+        if y % tile < 4:
+            data += line * WIDTH
+            continue
+        row = b"".join(line * 4 + colour * (tile - 4) for colour in colours[y // tile])
+        data += row
+    ppm = path.with_suffix(".ppm")
+    ppm.write_bytes(b"P6 %d %d 255\n" % (WIDTH, HEIGHT) + bytes(data))
+    magick("convert", ppm, path)
+    ppm.unlink()
+
+
+def write_picture(shot, path, width=640):
+    """A small PNG of a shot for the documentation."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    magick("convert", shot.path, "-resize", f"{width}x", "-strip", "-define", "png:compression-level=9", path)
+    return path
