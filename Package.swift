@@ -97,6 +97,7 @@ let package = Package(
         // PrivateDconf.swift is GSettingsBackendTests' own, linked in (a test
         // target cannot depend on another).
         .testTarget(name: "DconfBackendTests", dependencies: ["DconfBackend"]),
+        .testTarget(name: "GuidedAccessServiceTests", dependencies: ["GuidedAccessService", "DBus"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
         // Runs guidedaccessd (memory backend) on a private bus, so it depends on it.
         .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient", "guidedaccessd"]),

@@ -53,6 +53,9 @@ public actor GuidedAccessService {
     var registry = RestrictionRegistry()
     var deadlineTask: Task<Void, Never>?
     var ownerWatch: SubscriptionToken?
+    /// The bus's credentials of callers by unique name, which the bus never
+    /// gives to another connection: asked once per connection, not per call.
+    var credentialCache = CredentialCache(capacity: 64)
     let inhibitor: SleepInhibitor
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
@@ -496,17 +499,27 @@ public actor GuidedAccessService {
 
     /// The caller's identity from the bus (credentials, /proc), never from
     /// anything the caller says.
+    /// Who is calling: the bus's credentials of the connection (cached per
+    /// unique name), and — read anew each call, as a process may exec
+    /// another program — its executable and systemd unit from /proc.
     private func identify(_ call: MethodCall) async throws -> BusCaller {
         let credentials: Credentials
-        do {
-            credentials = try await connection.credentials(of: call.sender)
-        } catch {
-            throw GuidedAccessError.notAuthorized("cannot learn who \(call.sender) is: \(error.message)")
+        if let cached = credentialCache[call.sender] {
+            credentials = cached
+        } else {
+            do {
+                credentials = try await connection.credentials(of: call.sender)
+            } catch {
+                throw GuidedAccessError.notAuthorized("cannot learn who \(call.sender) is: \(error.message)")
+            }
+            if let fd = credentials.processFD { close(fd) }
+            credentialCache[call.sender] = Credentials(
+                unixUserID: credentials.unixUserID, unixGroupIDs: credentials.unixGroupIDs,
+                processID: credentials.processID)
         }
         guard let uid = credentials.unixUserID else {
             throw GuidedAccessError.notAuthorized("the bus does not know the user of \(call.sender)")
         }
-        if let fd = credentials.processFD { close(fd) }
         let pid = credentials.processID ?? 0
         let identity = CallerIdentity(
             uid: uid, gids: credentials.unixGroupIDs ?? [], pid: pid,
@@ -580,4 +593,39 @@ public actor GuidedAccessService {
 extension GuidedAccessError: DBusErrorConvertible {
     /// Thrown from a handler, the error reaches the caller under its D-Bus name.
     public var dbusError: DBusError { DBusError(name: dbusErrorName, message: message) }
+}
+
+/// A small map of unique bus names to their credentials. Unique names are
+/// never reused on a bus, so an entry cannot go stale in a harmful way; the
+/// oldest entries go when it is full, which bounds it however many clients
+/// come and go.
+struct CredentialCache {
+    let capacity: Int
+    private var entries: [String: Credentials] = [:]
+    private var order: [String] = []
+
+    init(capacity: Int) {
+        precondition(capacity > 0)
+        self.capacity = capacity
+    }
+
+    var count: Int { entries.count }
+
+    subscript(name: String) -> Credentials? {
+        get { entries[name] }
+        set {
+            guard let newValue else {
+                if entries.removeValue(forKey: name) != nil { order.removeAll { $0 == name } }
+                return
+            }
+            if entries.updateValue(newValue, forKey: name) == nil {
+                order.append(name)
+                if order.count > capacity {
+                    let evicted = order.count - capacity
+                    for old in order.prefix(evicted) { entries[old] = nil }
+                    order.removeFirst(evicted)
+                }
+            }
+        }
+    }
 }
