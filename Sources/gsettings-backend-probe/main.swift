@@ -10,6 +10,7 @@
 //   validate SCHEMA KEY VALUE      → `ok` or an error line
 //   availability SCHEMA KEY VALUE  → available, missingSchema, missingKey, wrongType(expected: T)
 //   time-set SCHEMA KEY VALUE N    → N applies of one value: `p50 … p90 … max …` in µs
+//   time-toggle SCHEMA KEY BOOL N  → the same, the boolean flipped each time
 //   store                          → the store in use: dconf or gsettings
 //   memory                         → VmRSS and RssAnon of this process, from /proc/self/status
 // GUIDEDACCESS_PROBE_STORE=dconf|gsettings picks the backend's store (default:
@@ -88,11 +89,15 @@ for command in CommandLine.arguments.dropFirst() {
         run { () throws(SettingsBackendError) in try backend.validate(value(), for: key()); return "ok" }
     case "availability":
         print(backend.availability(of: key(), for: value()))
-    case "time-set":
+    case "time-set", "time-toggle":
         let parts = words.count >= 4 ? words[3].split(separator: " ").map(String.init) : []
-        guard parts.count == 2, let value = parseValue(parts[0]), let count = Int(parts[1]), count > 0 else {
-            fail("time-set needs SCHEMA KEY VALUE N")
+        guard parts.count == 2, let first = parseValue(parts[0]), let count = Int(parts[1]), count > 0 else {
+            fail("\(verb) needs SCHEMA KEY VALUE N")
         }
+        // time-toggle: a boolean key written alternately VALUE and its opposite.
+        var value = first
+        let toggle = verb == "time-toggle"
+        if toggle, case .bool = first {} else if toggle { fail("time-toggle needs a boolean VALUE") }
         let k = key()
         var micros: [Double] = []
         let clock = ContinuousClock()
@@ -101,6 +106,7 @@ for command in CommandLine.arguments.dropFirst() {
                 let start = clock.now
                 try backend.apply([k: value])
                 let elapsed = clock.now - start
+                if toggle, case .bool(let b) = value { value = .bool(!b) }
                 micros.append(Double(elapsed.components.seconds) * 1e6 + Double(elapsed.components.attoseconds) / 1e12)
             }
             micros.sort()
