@@ -6,22 +6,28 @@ import GuidedAccessCore
 /// database (settings-mapping.md, "System mode"), without touching the
 /// user's own database.
 ///
-/// State: `imposed`, the key values the system database imposes now. It is
-/// kept in memory and written, on every `apply`, to
-/// `DatabaseDir/DatabaseName.d/50-guidedaccess` (a dconf keyfile) and
-/// `DatabaseDir/DatabaseName.d/locks/guidedaccess` (every imposed key is
-/// locked, except `toolkit-accessibility`, which gnome-settings-daemon
-/// writes); then `dconf update DatabaseDir` rebuilds `DatabaseDir/DatabaseName`
+/// Two layers, each a dconf keyfile and a locks file in
+/// `DatabaseDir/DatabaseName.d/` (every key in them locked, except
+/// `toolkit-accessibility`, which gnome-settings-daemon writes):
+/// - the **session layer**, `imposed`: what sessions impose, in
+///   `50-guidedaccess` and `locks/guidedaccess`, written on every `apply`;
+/// - the **baseline layer**, `baseline`: with `[Dconf] LockOutsideSession`,
+///   the values every mapped key is locked at while no session changes it,
+///   in `40-guidedaccess-baseline` and `locks/guidedaccess-baseline`.
+///   dconf reads a directory's keyfiles in name order and a later file wins,
+///   so a session's value shows over the baseline, and the baseline shows
+///   again once the session layer lets go of the key.
+/// After writing, `dconf update DatabaseDir` rebuilds `DatabaseDir/DatabaseName`
 /// and tells running sessions on the system bus. At start-up `init` reads the
-/// keyfile back, so a restarted service knows what it imposes.
+/// session layer back, so a restarted service knows what it imposes.
 ///
 /// How the service's user-mode vocabulary maps onto system mode:
 /// - `userValue(of:)` — "the value before the session" — is the value the
-///   system database imposes now, or nil when it imposes none. The service
+///   session layer imposes now, or nil when it imposes none. The service
 ///   snapshots it before a session writes a key, and at the end of the
 ///   session applies the snapshot: so the restore removes exactly what the
-///   session added and puts back what was imposed before (e.g. the baseline
-///   below). The user's own values are never read nor written.
+///   session added, and the baseline (if any) shows again. The user's own
+///   values are never read nor written.
 /// - `apply` with nil for a key: the key is no longer imposed; the user's own
 ///   value (or the schema default) reappears.
 ///
@@ -31,16 +37,16 @@ public final class DconfBackend: SettingsBackend {
     public let name = "dconf"
     public let databaseDir: String
     public let databaseName: String
-    /// `[Dconf] LockOutsideSession`: `lockBaseline` and `sessionDidEnd`
-    /// impose the baseline only when this is true.
+    /// `[Dconf] LockOutsideSession`: whether `lockBaseline` writes the
+    /// baseline layer (or removes one left from an earlier configuration).
     public let lockOutsideSession: Bool
     /// The dconf command-line tool (`dconf update`).
     public let dconfProgram: String
 
-    /// The key values the system database imposes (and locks) now.
+    /// The key values the session layer imposes (and locks) now.
     public private(set) var imposed: [SettingKey: SettingValue]
-    /// The values imposed while no session runs (`lockBaseline`).
-    public private(set) var baseline: [SettingKey: SettingValue] = [:]
+    /// The key values the baseline layer imposes (and locks) now.
+    public private(set) var baseline: [SettingKey: SettingValue]
 
     /// Keys that are imposed but never locked: gnome-settings-daemon writes them.
     public static let neverLocked: Set<SettingKey> = [
@@ -53,11 +59,13 @@ public final class DconfBackend: SettingsBackend {
     public var keyfilePath: String { keyfileDirectory + "/50-guidedaccess" }
     public var locksDirectory: String { keyfileDirectory + "/locks" }
     public var locksPath: String { locksDirectory + "/guidedaccess" }
+    public var baselineKeyfilePath: String { keyfileDirectory + "/40-guidedaccess-baseline" }
+    public var baselineLocksPath: String { locksDirectory + "/guidedaccess-baseline" }
     /// The database `dconf update` builds; profiles name it `system-db:NAME`
     /// (or `file-db:PATH`).
     public var databasePath: String { databaseDir + "/" + databaseName }
 
-    /// Reads what the keyfile imposes (nothing when it does not exist).
+    /// Reads what both layers impose (nothing when their files do not exist).
     /// Nothing is written until the first `apply` or `lockBaseline`.
     /// Throws when the keyfile cannot be read or names a key or value the
     /// installed schemas do not have.
@@ -70,7 +78,9 @@ public final class DconfBackend: SettingsBackend {
         self.lockOutsideSession = lockOutsideSession
         self.dconfProgram = dconfProgram
         imposed = [:]
-        imposed = try readKeyfile()
+        baseline = [:]
+        imposed = try readKeyfile(keyfilePath)
+        baseline = try readKeyfile(baselineKeyfilePath)
     }
 
     // MARK: SettingsBackend
@@ -83,7 +93,7 @@ public final class DconfBackend: SettingsBackend {
         try schemas.validate(value, for: key)
     }
 
-    /// What the system database imposes on the key now; nil when it imposes
+    /// What the session layer imposes on the key now; nil when it imposes
     /// nothing (see the type's comment: this is "the value before the session").
     public func userValue(of key: SettingKey) throws(SettingsBackendError) -> SettingValue? {
         if let value = imposed[key] { return value }
@@ -109,29 +119,31 @@ public final class DconfBackend: SettingsBackend {
         try impose(new)
     }
 
-    /// Re-imposes the baseline on keys nothing imposes (see `lockBaseline`).
-    public func sessionDidEnd() throws(SettingsBackendError) {
-        guard lockOutsideSession, !baseline.isEmpty else { return }
-        try fillInBaseline()
-    }
-
     // MARK: Outside a session
 
-    /// `[Dconf] LockOutsideSession`: while no session runs, the mapped keys
-    /// are imposed and locked at these values, so the kiosk user cannot turn
-    /// features on or off alone. Does nothing unless `lockOutsideSession`.
-    ///
-    /// Keys already imposed keep their values: a session resumed from the
-    /// journal after a crash keeps its settings, and its end restores the
-    /// snapshot, which holds the baseline. Since the baseline is what
-    /// `userValue` reports before a session, ending a session re-imposes it
-    /// by itself; `sessionDidEnd` also fills in keys that were not imposed.
-    /// Call it at start-up, before the bus name is requested.
+    /// `[Dconf] LockOutsideSession`: while no session changes them, the
+    /// mapped keys are imposed and locked at these values, so the kiosk user
+    /// cannot turn features on or off alone. With `lockOutsideSession` the
+    /// baseline layer is written (when it differs); without, a baseline layer
+    /// left from an earlier configuration is removed, so the keys are the
+    /// user's again. The session layer is not touched: a session resumed
+    /// from the journal keeps its settings. Call it at start-up, before the
+    /// bus name is requested.
     public func lockBaseline(_ values: [SettingKey: SettingValue]) throws(SettingsBackendError) {
-        guard lockOutsideSession else { return }
-        for (key, value) in values.sorted(by: { $0.key < $1.key }) { try schemas.validate(value, for: key) }
-        baseline = values
-        try fillInBaseline()
+        let wanted = lockOutsideSession ? values : [:]
+        for (key, value) in wanted.sorted(by: { $0.key < $1.key }) { try schemas.validate(value, for: key) }
+        let present = fileExists(baselineKeyfilePath) || fileExists(baselineLocksPath)
+        guard wanted != baseline || (!wanted.isEmpty && !fileExists(databasePath)) || (wanted.isEmpty && present)
+        else { return }
+        let old = baseline
+        do {
+            try writeLayer(wanted, keyfile: baselineKeyfilePath, locks: baselineLocksPath)
+            try runUpdate()
+        } catch {
+            try? writeLayer(old, keyfile: baselineKeyfilePath, locks: baselineLocksPath)
+            throw error
+        }
+        baseline = wanted
     }
 
     /// The schema defaults of those keys that the installed schemas have —
@@ -145,32 +157,28 @@ public final class DconfBackend: SettingsBackend {
         return defaults
     }
 
-    private func fillInBaseline() throws(SettingsBackendError) {
-        let new = imposed.merging(baseline) { current, _ in current }
-        guard new != imposed || !fileExists(databasePath) else { return }
-        try impose(new)
-    }
-
     // MARK: Writing
 
     private func impose(_ new: [SettingKey: SettingValue]) throws(SettingsBackendError) {
         let old = imposed
         do {
-            try writeFiles(new)
+            try writeLayer(new, keyfile: keyfilePath, locks: locksPath)
             try runUpdate()
         } catch {
             // Leave the keyfiles as they were; the database was not rebuilt
             // from the new ones (or dconf update failed on them).
-            try? writeFiles(old)
+            try? writeLayer(old, keyfile: keyfilePath, locks: locksPath)
             throw error
         }
         imposed = new
     }
 
-    /// The keyfile and the locks, or neither when nothing is imposed. The
+    /// A layer's keyfile and locks, or neither when it imposes nothing. The
     /// directories are always there afterwards, so `dconf update` always
     /// builds the database (an empty one when nothing is imposed).
-    private func writeFiles(_ values: [SettingKey: SettingValue]) throws(SettingsBackendError) {
+    private func writeLayer(
+        _ values: [SettingKey: SettingValue], keyfile keyfilePath: String, locks locksPath: String
+    ) throws(SettingsBackendError) {
         try makeDirectory(databaseDir)
         try makeDirectory(keyfileDirectory)
         try makeDirectory(locksDirectory)
@@ -204,7 +212,7 @@ public final class DconfBackend: SettingsBackend {
         guard stat(databasePath, &database) == 0 else { return }
         for _ in 0..<100 {
             var newest = timespec()
-            for path in [keyfileDirectory, locksDirectory, keyfilePath, locksPath] {
+            for path in [keyfileDirectory, locksDirectory, keyfilePath, locksPath, baselineKeyfilePath, baselineLocksPath] {
                 var info = stat()
                 if stat(path, &info) == 0, info.st_mtim > newest { newest = info.st_mtim }
             }
@@ -217,7 +225,7 @@ public final class DconfBackend: SettingsBackend {
         }
     }
 
-    private func readKeyfile() throws(SettingsBackendError) -> [SettingKey: SettingValue] {
+    private func readKeyfile(_ keyfilePath: String) throws(SettingsBackendError) -> [SettingKey: SettingValue] {
         guard let file = fopen(keyfilePath, "r") else {
             if errno == ENOENT { return [:] }
             throw SettingsBackendError(.writeFailed, "cannot read \(keyfilePath): \(lastError())")

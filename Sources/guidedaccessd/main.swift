@@ -132,12 +132,16 @@ func serve(
             let dconf = try DconfBackend(
                 databaseDir: configuration.dconf.databaseDir, databaseName: configuration.dconf.databaseName,
                 lockOutsideSession: configuration.dconf.lockOutsideSession)
+            // Before the journal is recovered and the name requested. Keys a
+            // resumed session imposes keep their values. Without
+            // LockOutsideSession this removes a baseline an earlier
+            // configuration left.
+            let hadBaseline = !dconf.baseline.isEmpty
+            try dconf.lockBaseline(dconf.schemaDefaults(of: FeatureKeyMap.allRequirements.map(\.key)))
             if configuration.dconf.lockOutsideSession {
-                // Before the journal is recovered and the name requested. Keys
-                // a resumed session imposes keep their values.
-                let baseline = dconf.schemaDefaults(of: FeatureKeyMap.allRequirements.map(\.key))
-                try dconf.lockBaseline(baseline)
-                logger.info("dconf backend: \(baseline.count) keys locked at their defaults outside a session")
+                logger.info("dconf backend: \(dconf.baseline.count) keys locked at their defaults outside a session")
+            } else if hadBaseline {
+                logger.notice("dconf backend: LockOutsideSession is off: the baseline lock of an earlier configuration is removed")
             }
             backend = dconf
         } catch {

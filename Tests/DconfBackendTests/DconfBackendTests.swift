@@ -123,31 +123,56 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         let baseline = backend.schemaDefaults(of: [invert, magFactor, screenReader, SettingKey(schema: magnifier, key: "no-such-key")])
         #expect(baseline == [invert: .bool(false), magFactor: .double(2), screenReader: .bool(false)])
         try backend.lockBaseline(baseline)
+        #expect(backend.baseline == baseline)
+        #expect(backend.imposed.isEmpty)
         #expect(try writable(invert) == "false")
         #expect(try gsettings("set", magnifier, "invert-lightness", "true").status != 0)
         #expect(try get(invert) == "false")
 
-        // What the service does: snapshot, write, restore the snapshot.
+        // What the service does: snapshot, write, restore the snapshot. The
+        // session layer imposed nothing before, and its value wins over the
+        // baseline while it lasts.
         let before = try backend.userValue(of: invert)
-        #expect(before == .bool(false))
-        try backend.apply([invert: .bool(true)])
+        #expect(before == nil)
+        try backend.apply([invert: .bool(true), magFactor: .double(3)])
         #expect(try get(invert) == "true")
-        try backend.apply([invert: before])
-        try backend.sessionDidEnd()
+        #expect(try get(magFactor) == "3.0")
+        try backend.apply([invert: before, magFactor: nil])
         #expect(try get(invert) == "false")
+        #expect(try get(magFactor) == "2.0")
+        #expect(try writable(invert) == "false")
+        #expect(try writable(magFactor) == "false")
+        #expect(backend.imposed.isEmpty)
+
+        // A restarted service reads both layers back.
+        let restarted = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: true)
+        #expect(restarted.baseline == baseline)
+        #expect(restarted.imposed.isEmpty)
+    }
+
+    @Test func turningLockOutsideSessionOffRemovesTheBaselineButNotASession() throws {
+        let locked = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: true)
+        try locked.lockBaseline(locked.schemaDefaults(of: [invert, magFactor]))
+        try locked.apply([magFactor: .double(4)])  // a session, resumed after the restart below
         #expect(try writable(invert) == "false")
 
-        // A key the session left unimposed is filled in by sessionDidEnd.
-        try backend.apply([magFactor: nil])
-        #expect(try writable(magFactor) == "true")
-        try backend.sessionDidEnd()
+        let unlocked = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
+        #expect(unlocked.imposed == [magFactor: .double(4)])
+        try unlocked.lockBaseline(unlocked.schemaDefaults(of: [invert, magFactor]))
+        #expect(unlocked.baseline.isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: unlocked.baselineKeyfilePath))
+        #expect(!FileManager.default.fileExists(atPath: unlocked.baselineLocksPath))
+        #expect(try writable(invert) == "true")
+        #expect(try get(magFactor) == "4.0")
         #expect(try writable(magFactor) == "false")
-        #expect(backend.imposed == baseline)
+        try unlocked.apply([magFactor: nil])
+        #expect(try writable(magFactor) == "true")
 
-        // Without LockOutsideSession, nothing is imposed.
-        let unlocked = try DconfBackend(databaseDir: dconf.root + "/db2", databaseName: "guidedaccess", lockOutsideSession: false)
-        try unlocked.lockBaseline(baseline)
-        #expect(unlocked.imposed.isEmpty)
+        // Without LockOutsideSession from the start, nothing is imposed.
+        let never = try DconfBackend(databaseDir: dconf.root + "/db2", databaseName: "guidedaccess", lockOutsideSession: false)
+        try never.lockBaseline(never.schemaDefaults(of: [invert]))
+        #expect(never.baseline.isEmpty)
+        #expect(never.imposed.isEmpty)
     }
 
     @Test func applyTiming() throws {

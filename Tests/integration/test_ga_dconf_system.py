@@ -104,3 +104,21 @@ def test_kill_9_keeps_the_session_and_the_lock(ga_env, lockdown):
     assert out.strip() == 'as 1 "zoom"'
     assert ga_env.busctl_call("EndSession")[0] == 0
     assert writable(ga_env, MAG)
+
+
+def test_restarted_without_lock_outside_session_the_keys_are_the_users_again(ga_env, lockdown):
+    daemon = lockdown(lock_outside_session=True)
+    assert not writable(ga_env, READER)
+    daemon.stop()
+    # The operator turns LockOutsideSession off and restarts the service.
+    lockdown(lock_outside_session=False)
+    assert writable(ga_env, READER)
+    assert writable(ga_env, MAG)
+    assert ga_env.run(["gsettings", "set", *READER, "true"])[0] == 0
+    assert get(ga_env, READER) == "true"
+    # A session still locks what it imposes, and lets go at its end.
+    assert ga_env.busctl_call("StartSession", "a{sv}", "1", "features", "as", "1", "zoom")[0] == 0
+    assert not writable(ga_env, MAG)
+    assert ga_env.busctl_call("EndSession")[0] == 0
+    assert writable(ga_env, MAG)
+    assert get(ga_env, READER) == "true"
