@@ -113,9 +113,37 @@ public actor GuidedAccessService {
             }
             return
         }
+        reconcileSettings(with: recovered)
         if let owner = recovered.owner { await watchOwner(owner) }
         scheduleDeadline()
         if recovered.inhibitSleep { await inhibitor.acquire() }
+    }
+
+    /// The journal is written before the settings: a crash in between leaves
+    /// it one call ahead of them. Puts the keys in line with the recovered
+    /// session — the values its features require, and the snapshot's values
+    /// for the other keys the snapshot holds (a feature being turned off) — so
+    /// that EnabledFeatures is the truth, and turning a recorded feature on
+    /// again (which changes nothing) leaves no key behind.
+    private func reconcileSettings(with recovered: Session) {
+        let wanted = keyMap.keyValues(for: recovered.features, options: recovered.keyMapOptions)
+        var changes: [SettingKey: SettingValue?] = [:]
+        for (key, stored) in recovered.snapshot {
+            let value: SettingValue? = wanted[key] ?? stored.settingValue
+            do {
+                if try backend.userValue(of: key) != value { changes[key] = .some(value) }
+            } catch {
+                logger.error("cannot read \(key) to check it against the journal: \(error.message)")
+            }
+        }
+        guard !changes.isEmpty else { return }
+        let keys = changes.keys.sorted().map { "\($0)" }.joined(separator: ", ")
+        do {
+            try backend.apply(changes)
+            logger.notice("the journal was ahead of the settings (a crash mid-call): \(keys) put in line with it")
+        } catch {
+            logger.error("cannot put \(keys) in line with the journal: \(error.message)")
+        }
     }
 
     // MARK: The interface
