@@ -159,6 +159,9 @@ def test_step1_dbus_activation(installed):
     assert is_active(ct) == "inactive"
     assert prop(ct, "Backend") == "dconf"
     assert is_active(ct) == "active"
+    ct.run(["journalctl", "--sync"])
+    bus_log = ct.run(["journalctl", "--no-pager", "-o", "cat", "-u", "dbus.service"]).stdout
+    assert f"Activating via systemd: service name='{BUS}' unit='{UNIT}'" in bus_log, bus_log[-2000:]
     state = unit(ct, "MainPID", "ActiveState", "SubState", "Type", "BusName")
     assert state["Type"] == "dbus" and state["BusName"] == BUS and state["SubState"] == "running", state
     STATE["pid"] = int(state["MainPID"])
