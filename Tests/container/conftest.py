@@ -14,6 +14,7 @@ root filesystem from.
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,15 @@ from container_setup import CONFIG, FACTS, KIOSK_UID, KIOSK_USER  # noqa: E402
 
 REPO_ROOT = HERE.parent.parent
 _CONTAINER = []
+
+
+def pytest_configure(config):
+    # SIGTERM (a CI timeout, kill) ends the run like Ctrl-C: the fixtures'
+    # finalizers still power the container off and clean up.
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -14,6 +14,7 @@
 Facts about this recipe: ../../../shared/notes/real-systems.md, section 2.
 """
 
+import ctypes
 import fcntl
 import glob
 import os
@@ -38,6 +39,7 @@ CACHE_DIR = Path(os.environ.get("GA_CONTAINER_CACHE", "/var/cache/guidedaccess-t
 STAMP_NAME = ".guidedaccess-tests-stamp"
 CGROUP_PREFIX = "guidedaccess-ct-"
 PROPAGATE_DIR = Path("/run/systemd/nspawn/propagate")
+PR_SET_PDEATHSIG = 1
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -245,6 +247,11 @@ class Container:
             # nspawn makes payload/ and supervisor/ in the cgroup it starts in.
             with open(procs, "w") as f:
                 f.write("0")
+            # Should this process die without cleaning up, nspawn gets
+            # SIGTERM, which powers the container off (--kill-signal's
+            # default with --boot); the next run removes the rest.
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
         env = dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1")
         self.console = open(self.console_path, "w")
