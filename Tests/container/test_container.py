@@ -121,6 +121,27 @@ def inhibitors(ct):
     return [i for i in json.loads(out)["data"][0] if i[1] == "GuidedAccess"]
 
 
+def start_kiosk_monitor(ct):
+    """`gsettings monitor` of the magnifier schema, a program of the kiosk
+    user that keeps running (a transient unit, output to the journal)."""
+    ct.run(["systemd-run", "--unit=kiosk-monitor", f"--uid={KIOSK_USER}", f"--setenv=HOME=/home/{KIOSK_USER}",
+            f"--setenv=XDG_RUNTIME_DIR=/run/user/{ct.uid(KIOSK_USER)}",
+            f"--setenv=DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/{ct.uid(KIOSK_USER)}/bus",
+            "gsettings", "monitor", MAG])
+
+
+def monitored(ct):
+    """What the running monitor was last told of each key (`key: value` lines)."""
+    ct.run(["journalctl", "--sync"])
+    out = ct.run(["journalctl", "--no-pager", "-o", "cat", "-u", "kiosk-monitor"]).stdout
+    seen = {}
+    for line in out.splitlines():
+        key, _, value = line.partition(": ")
+        if value:
+            seen[key] = value
+    return seen
+
+
 def wait_for(predicate, what, timeout=15.0):
     deadline = time.monotonic() + timeout
     while True:
@@ -150,6 +171,8 @@ def test_step0_kiosk_user_has_values_of_its_own(installed):
     expect_view(ct, OWN, writable=True)
     own = kiosk_own_db(ct)
     assert "mag-factor=3.0" in own and "high-contrast=false" in own, own
+    start_kiosk_monitor(ct)
+    assert ct.run(["systemctl", "is-active", "kiosk-monitor"]).stdout.strip() == "active"
 
 
 def test_step1_dbus_activation(installed):
@@ -230,6 +253,10 @@ def test_step3_root_starts_a_session_with_features(installed):
 def test_step4_kiosk_user_sees_the_session_and_cannot_change_it(installed):
     ct = installed
     expect_view(ct, SESSION, writable=False)
+    # A program of the kiosk user that was already running is told, live
+    # (dconf update's notification on the system bus): no new login needed.
+    wait_for(lambda: {k: monitored(ct).get(k) for k in ("mag-factor", "invert-lightness")}
+             == {"mag-factor": "4.0", "invert-lightness": "true"}, "the running monitor to see the session")
     refused = ct.run(["gsettings", "set", MAG, "mag-factor", "5.0"], user=KIOSK_USER, check=False)
     assert refused.returncode != 0 and "not writable" in refused.stderr, refused
     refused = ct.run(["dconf", "write", "/org/gnome/desktop/a11y/interface/high-contrast", "false"],
@@ -284,6 +311,8 @@ def test_step6_end_session_gives_the_kiosk_user_its_own_values_back(installed):
     assert gdbus(ct, "GetRestrictionState", RESTRICTION).stdout.strip() == "('allow',)"
     assert inhibitors(ct) == []
     expect_view(ct, OWN, writable=True)
+    wait_for(lambda: {k: monitored(ct).get(k) for k in ("mag-factor", "invert-lightness")}
+             == {"mag-factor": "3.0", "invert-lightness": "false"}, "the running monitor to see the end")
     # Writable for real: the kiosk user changes a key and back.
     ct.run(["gsettings", "set", A11Y, "high-contrast", "true"], user=KIOSK_USER)
     assert kiosk_view(ct)[(A11Y, "high-contrast")] == ("true", "true")
