@@ -298,6 +298,9 @@ def test_step5_kill_9_loses_neither_session_nor_lock(installed):
     assert prop(ct, "SessionOwner") == ""  # the owner's connection is gone
     assert gdbus(ct, "GetRestrictionState", RESTRICTION).stdout.strip() == "('deny',)"
     expect_view(ct, SESSION, writable=False)
+    # What carried the session over: the journal in the private state directory.
+    assert ct.run(["stat", "-c", "%a %U", "/var/lib/guidedaccess"]).stdout.split() == ["700", "root"]
+    assert ct.run(["test", "-s", "/var/lib/guidedaccess/journal.json"]).returncode == 0
     held = wait_for(lambda: inhibitors(ct), "the sleep inhibitor to be taken again", timeout=5)
     assert [(i[0], i[5]) for i in held] == [("sleep:idle", new)], held
 
@@ -369,6 +372,8 @@ def test_step9_journal_audit_records(installed):
 
     [started] = journal(ct, "sessionStarted")
     assert int(started["_PID"]) == STATE["pid"]
+    # The unit's sandbox was in force: CAP_SYS_PTRACE (bit 19) is the only capability.
+    assert started["_CAP_EFFECTIVE"] == "80000"
     assert fields(started, *root, "GUIDEDACCESS_FEATURES", "GUIDEDACCESS_DEADLINE_USEC") == dict(
         root, GUIDEDACCESS_FEATURES="invert-colors zoom", GUIDEDACCESS_DEADLINE_USEC="0")
     assert started["GUIDEDACCESS_OWNER"].startswith(":1.")
