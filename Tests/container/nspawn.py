@@ -270,12 +270,13 @@ class Container:
             self.pid1 = self._find_pid1()
             if self.pid1 is None:
                 time.sleep(0.05)
-        # Until systemd has its private socket, systemctl cannot ask it.
+        # Until systemd has its private socket, systemctl cannot ask it: it
+        # prints nothing or "offline" then.
         while True:
             result = self.run(["systemctl", "is-system-running", "--wait"], check=False,
                               timeout=max(1.0, deadline - time.monotonic()))
             state = result.stdout.strip()
-            if state or time.monotonic() > deadline:
+            if state not in ("", "offline") or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         if state not in ("running", "degraded"):
