@@ -1,0 +1,150 @@
+"""Fixtures of the container system test (see README.md here).
+
+`stage`: `make install DESTDIR=...` (the release build, Swift standard library
+linked statically). `rootfs`: the cached Debian 12 root filesystem.
+`container`: it booted with systemd as PID 1, cleaned up afterwards whatever
+happens. `installed`: the staged files installed inside, system mode
+configured (Backend=dconf), the kiosk user `tester` with a session bus and
+values of its own.
+
+The test is skipped, with the reason, only where the machine cannot run it:
+not root, a tool or cgroup2 missing, no reachable Debian mirror to build the
+root filesystem from.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import nspawn  # noqa: E402
+from container_setup import CONFIG, FACTS, KIOSK_UID, KIOSK_USER  # noqa: E402
+
+REPO_ROOT = HERE.parent.parent
+_CONTAINER = []
+
+
+def pytest_configure(config):
+    # SIGTERM (a CI timeout, kill) ends the run like Ctrl-C: the fixtures'
+    # finalizers still power the container off and clean up.
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if FACTS:
+        terminalreporter.write_sep("-", "container test")
+        for name, value in FACTS.items():
+            terminalreporter.write_line(f"{name}: {value}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and _CONTAINER:
+        ct = _CONTAINER[0]
+        try:
+            journal = ct.run(["journalctl", "--no-pager", "-n", "40", "-u", "guidedaccessd", "-u", "dbus",
+                              "-u", "polkit"], check=False, timeout=20).stdout
+        except Exception as error:  # noqa: BLE001 (a report must not fail)
+            journal = f"(cannot read the journal: {error})"
+        report.sections.append(("journal in the container (guidedaccessd, dbus, polkit)", journal))
+
+
+def unavailable_reason():
+    if os.geteuid() != 0:
+        return "it needs root (debootstrap, systemd-nspawn, cgroups)"
+    for tool in ("debootstrap", "systemd-nspawn", "nsenter"):
+        if not shutil.which(tool):
+            return f"{tool} is missing (scripts/install-deps installs debootstrap and systemd-container)"
+    if not nspawn.cgroup2_mount():
+        return "no cgroup2 hierarchy is mounted"
+    return None
+
+
+@pytest.fixture(scope="session")
+def workdir():
+    path = Path(tempfile.mkdtemp(prefix="guidedaccess-ct."))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def rootfs():
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"container test not run: {reason}")
+    nspawn.remove_stale()
+    try:
+        root, seconds = nspawn.ensure_rootfs(log=lambda line: print(line, file=sys.stderr))
+    except nspawn.Unavailable as error:
+        pytest.skip(f"container test not run: {error}")
+    FACTS["root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
+    return root
+
+
+@pytest.fixture(scope="session")
+def stage(rootfs, workdir):
+    """make install into a staging directory, bound read-only at /stage."""
+    started = time.monotonic()
+    destdir = workdir / "stage" / "root"
+    result = subprocess.run(
+        ["make", "-s", "install", f"DESTDIR={destdir}"], cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=3600)
+    if result.returncode != 0:
+        pytest.fail(f"make install failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    binary = destdir / "usr/libexec/guidedaccessd"
+    assert binary.is_file(), f"make install did not install {binary}"
+    linked = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+    assert "libswiftCore" not in linked, f"{binary} links the Swift runtime dynamically:\n{linked}"
+    FACTS["release build + make install"] = f"{time.monotonic() - started:.1f} s"
+    return workdir / "stage"
+
+
+@pytest.fixture(scope="session")
+def container(rootfs, stage, workdir):
+    ct = nspawn.Container(rootfs, stage, workdir)
+    try:
+        seconds = ct.boot()
+        FACTS["boot"] = f"{seconds:.1f} s to {ct.boot_state}"
+        _CONTAINER.append(ct)
+        yield ct
+    finally:
+        _CONTAINER.clear()
+        started = time.monotonic()
+        errors = ct.shutdown()
+        FACTS["power off and clean-up"] = f"{time.monotonic() - started:.1f} s"
+        leftovers = [p for p in (ct.cgroup, str(nspawn.PROPAGATE_DIR / ct.name)) if os.path.exists(p)]
+        if errors or leftovers:
+            pytest.fail(f"container clean-up: {errors} left: {leftovers}")
+
+
+@pytest.fixture(scope="session")
+def installed(container):
+    """The staged files installed as a package would put them, system mode
+    configured, the kiosk user set up with values of its own."""
+    ct = container
+    ct.sh("tar -C /stage/root -cf - . | tar -C / -xf - --keep-directory-symlink --no-same-owner")
+    missing = ct.run(["ldd", "/usr/libexec/guidedaccessd"]).stdout
+    assert "not found" not in missing, f"libraries missing in the container:\n{missing}"
+    ct.run(["useradd", "--create-home", "--uid", str(KIOSK_UID), KIOSK_USER])
+    ct.run(["guidedaccess-dconf-profile"])
+    ct.run(["guidedaccess-dconf-profile", "--check"])
+    ct.sh("mkdir -p /etc/guidedaccess && cat > /etc/guidedaccess/guidedaccess.conf", input=CONFIG)
+    ct.run(["systemctl", "daemon-reload"])
+    ct.run(["busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig"])
+    # The kiosk user's own session manager and session bus: gsettings writes
+    # go through dconf-service there (reads are direct file reads).
+    ct.run(["systemctl", "start", f"user@{KIOSK_UID}.service"])
+    return ct

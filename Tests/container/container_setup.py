@@ -1,0 +1,21 @@
+"""What the fixtures and the steps share: the kiosk user, the service's
+configuration, and the facts printed at the end of the run."""
+
+KIOSK_USER = "tester"
+KIOSK_UID = 1000
+
+CONFIG = """\
+# System mode, written out: the dconf backend with its defaults, except that
+# outside a session the kiosk user's own values hold and stay writable
+# (LockOutsideSession=true, the default, is tried on its own at the end).
+[Service]
+Backend=dconf
+
+[Dconf]
+DatabaseDir=/etc/dconf/db
+DatabaseName=guidedaccess
+LockOutsideSession=false
+"""
+
+# Timings, the exposure figure: shown by conftest's terminal summary.
+FACTS = {}
