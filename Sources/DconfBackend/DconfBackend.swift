@@ -135,14 +135,7 @@ public final class DconfBackend: SettingsBackend {
         let present = fileExists(baselineKeyfilePath) || fileExists(baselineLocksPath)
         guard wanted != baseline || (!wanted.isEmpty && !fileExists(databasePath)) || (wanted.isEmpty && present)
         else { return }
-        let old = baseline
-        do {
-            try writeLayer(wanted, keyfile: baselineKeyfilePath, locks: baselineLocksPath)
-            try runUpdate()
-        } catch {
-            try? writeLayer(old, keyfile: baselineKeyfilePath, locks: baselineLocksPath)
-            throw error
-        }
+        try replaceLayer(baseline, with: wanted, keyfile: baselineKeyfilePath, locks: baselineLocksPath)
         baseline = wanted
     }
 
@@ -160,17 +153,23 @@ public final class DconfBackend: SettingsBackend {
     // MARK: Writing
 
     private func impose(_ new: [SettingKey: SettingValue]) throws(SettingsBackendError) {
-        let old = imposed
+        try replaceLayer(imposed, with: new, keyfile: keyfilePath, locks: locksPath)
+        imposed = new
+    }
+
+    /// Writes a layer's files and rebuilds the database. On a failure the
+    /// layer's files are put back as `old` had them (the database was not
+    /// rebuilt from the new ones, or `dconf update` failed on them).
+    private func replaceLayer(
+        _ old: [SettingKey: SettingValue], with new: [SettingKey: SettingValue], keyfile: String, locks: String
+    ) throws(SettingsBackendError) {
         do {
-            try writeLayer(new, keyfile: keyfilePath, locks: locksPath)
+            try writeLayer(new, keyfile: keyfile, locks: locks)
             try runUpdate()
         } catch {
-            // Leave the keyfiles as they were; the database was not rebuilt
-            // from the new ones (or dconf update failed on them).
-            try? writeLayer(old, keyfile: keyfilePath, locks: locksPath)
+            try? writeLayer(old, keyfile: keyfile, locks: locks)
             throw error
         }
-        imposed = new
     }
 
     /// A layer's keyfile and locks, or neither when it imposes nothing. The
