@@ -89,7 +89,7 @@ let package = Package(
         // Examples: a kiosk program on the client library.
         .executableTarget(name: "kiosk-session", dependencies: ["GuidedAccessClient"], path: "Examples/kiosk-session"),
 
-        .testTarget(name: "DBusTests", dependencies: ["DBus"]),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "GuidedAccessCoreTests", dependencies: ["GuidedAccessCore"]),
         .testTarget(
             name: "GSettingsBackendTests",
@@ -97,10 +97,12 @@ let package = Package(
         // PrivateDconf.swift is GSettingsBackendTests' own, linked in (a test
         // target cannot depend on another).
         .testTarget(name: "DconfBackendTests", dependencies: ["DconfBackend"]),
+        // What the tests of several targets share: a dbus-daemon of their own.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "GuidedAccessServiceTests", dependencies: ["GuidedAccessService", "DBus"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
         // Runs guidedaccessd (memory backend) on a private bus, so it depends on it.
-        .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient", "guidedaccessd"]),
+        .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient", "guidedaccessd", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

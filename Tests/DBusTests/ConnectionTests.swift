@@ -1,77 +1,8 @@
 import Glibc
+import TestSupport
 import Testing
 
 @testable import DBus
-
-/// A dbus-daemon of the test's own, on a socket in a temporary directory.
-final class PrivateBus {
-    let address: String
-    let pid: pid_t
-    let directory: String
-
-    init() throws {
-        var template = Array("/tmp/dbus-tests-XXXXXX".utf8CString)
-        guard let dir = mkdtemp(&template) else { throw DBusError.failed("mkdtemp failed") }
-        directory = String(cString: dir)
-        let config = """
-            <busconfig>
-              <type>session</type>
-              <listen>unix:path=\(directory)/bus</listen>
-              <auth>EXTERNAL</auth>
-              <policy context="default">
-                <allow send_destination="*" eavesdrop="true"/>
-                <allow receive_sender="*"/>
-                <allow own="*"/>
-              </policy>
-            </busconfig>
-            """
-        let configPath = directory + "/bus.conf"
-        let file = fopen(configPath, "w")
-        fputs(config, file)
-        fclose(file)
-        let output = try PrivateBus.run(["/usr/bin/dbus-daemon", "--config-file=" + configPath, "--fork", "--print-address=1", "--print-pid=1"], expectedLines: 2)
-        let lines = output.split(separator: "\n")
-        guard lines.count >= 2, let pid = pid_t(lines[1]) else { throw DBusError.failed("dbus-daemon said: \(output)") }
-        address = String(lines[0])
-        self.pid = pid
-    }
-
-    deinit {
-        kill(pid, SIGKILL)
-        unlink(directory + "/bus")
-        unlink(directory + "/bus.conf")
-        rmdir(directory)
-    }
-
-    /// Runs a program and returns its standard output.
-    static func run(_ argv: [String], expectedLines: Int = .max) throws -> String {
-        var pipeFDs: [Int32] = [0, 0]
-        guard pipe(&pipeFDs) == 0 else { throw DBusError.failed("pipe failed") }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
-        posix_spawn_file_actions_addclose(&actions, pipeFDs[0])
-        var cArgs = argv.map { strdup($0) } + [nil]
-        defer { cArgs.forEach { free($0) } }
-        var child: pid_t = 0
-        let rc = posix_spawn(&child, argv[0], &actions, nil, &cArgs, environ)
-        posix_spawn_file_actions_destroy(&actions)
-        close(pipeFDs[1])
-        guard rc == 0 else { throw DBusError.failed("cannot start \(argv[0]): \(rc)") }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1024)
-        // A forking daemon keeps the pipe open: stop at the expected lines.
-        while bytes.filter({ $0 == UInt8(ascii: "\n") }).count < expectedLines {
-            let n = read(pipeFDs[0], &chunk, chunk.count)
-            if n <= 0 { break }
-            bytes += chunk[0..<n]
-        }
-        close(pipeFDs[0])
-        var status: Int32 = 0
-        waitpid(child, &status, 0)
-        return String(decoding: bytes, as: UTF8.self)
-    }
-}
 
 actor Counter {
     var value = 0

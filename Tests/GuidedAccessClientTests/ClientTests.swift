@@ -3,45 +3,27 @@ import Foundation
 import Glibc
 import GuidedAccessClient
 import Synchronization
+import TestSupport
 import Testing
 
 /// A dbus-daemon and guidedaccessd (user mode, memory backend) of the test's own.
 final class PrivateService: @unchecked Sendable {
-    let directory: String
-    let address: String
-    let busPID: pid_t
+    let bus: PrivateBus
     let daemonPID: pid_t
+    var directory: String { bus.directory }
+    var address: String { bus.address }
 
     init() async throws {
-        var template = Array("/tmp/ga-client-tests-XXXXXX".utf8CString)
-        guard let dir = mkdtemp(&template) else { throw DBusError.failed("mkdtemp failed") }
-        directory = String(cString: dir)
-        try """
-            <busconfig>
-              <type>session</type>
-              <listen>unix:path=\(directory)/bus</listen>
-              <auth>EXTERNAL</auth>
-              <policy context="default">
-                <allow send_destination="*" eavesdrop="true"/>
-                <allow receive_sender="*"/>
-                <allow own="*"/>
-              </policy>
-            </busconfig>
-            """.write(toFile: directory + "/bus.conf", atomically: true, encoding: .utf8)
+        bus = try PrivateBus(prefix: "ga-client-tests")
+        let directory = bus.directory
         try "[Service]\nBackend=memory\n".write(toFile: directory + "/ga.conf", atomically: true, encoding: .utf8)
         try FileManager.default.createDirectory(atPath: directory + "/state", withIntermediateDirectories: true)
-        let output = try Self.run(
-            ["/usr/bin/dbus-daemon", "--config-file=\(directory)/bus.conf", "--fork", "--print-address=1", "--print-pid=1"])
-        let lines = output.split(separator: "\n")
-        guard lines.count >= 2, let pid = pid_t(lines[1]) else { throw DBusError.failed("dbus-daemon said: \(output)") }
-        busPID = pid
-        address = "unix:path=\(directory)/bus"
-        daemonPID = try Self.spawn([
-            Self.daemonPath, "--user", "--address", address, "--config", directory + "/ga.conf",
+        daemonPID = try PrivateBus.spawn([
+            Self.daemonPath, "--user", "--address", bus.address, "--config", directory + "/ga.conf",
             "--state-dir", directory + "/state",
         ])
         // Ready when it owns its name.
-        let watcher = try await Connection.connect(to: .address(address))
+        let watcher = try await Connection.connect(to: .address(bus.address))
         for _ in 0..<200 {
             if try await watcher.nameOwner(GuidedAccessClient.busName) != nil { return }
             try await Task.sleep(for: .milliseconds(50))
@@ -53,8 +35,7 @@ final class PrivateService: @unchecked Sendable {
         kill(daemonPID, SIGKILL)
         var status: Int32 = 0
         waitpid(daemonPID, &status, 0)
-        kill(busPID, SIGKILL)
-        try? FileManager.default.removeItem(atPath: directory)
+        // The bus goes when `bus` is released, after this.
     }
 
     static let daemonPath: String = {
@@ -67,44 +48,6 @@ final class PrivateService: @unchecked Sendable {
         }
         return ".build/debug/guidedaccessd"
     }()
-
-    static func spawn(_ argv: [String]) throws -> pid_t {
-        var cArgs = argv.map { strdup($0) } + [nil]
-        defer { cArgs.forEach { free($0) } }
-        var child: pid_t = 0
-        let rc = posix_spawn(&child, argv[0], nil, nil, &cArgs, environ)
-        guard rc == 0 else { throw DBusError.failed("cannot start \(argv[0]): \(rc)") }
-        return child
-    }
-
-    /// Runs a program; its standard output up to two lines (the daemon forks
-    /// and keeps the pipe open).
-    static func run(_ argv: [String]) throws -> String {
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { throw DBusError.failed("pipe failed") }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
-        posix_spawn_file_actions_addclose(&actions, fds[0])
-        var cArgs = argv.map { strdup($0) } + [nil]
-        defer { cArgs.forEach { free($0) } }
-        var child: pid_t = 0
-        let rc = posix_spawn(&child, argv[0], &actions, nil, &cArgs, environ)
-        posix_spawn_file_actions_destroy(&actions)
-        close(fds[1])
-        guard rc == 0 else { throw DBusError.failed("cannot start \(argv[0]): \(rc)") }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1024)
-        while bytes.filter({ $0 == UInt8(ascii: "\n") }).count < 2 {
-            let n = read(fds[0], &chunk, chunk.count)
-            if n <= 0 { break }
-            bytes += chunk[0..<n]
-        }
-        close(fds[0])
-        var status: Int32 = 0
-        waitpid(child, &status, 0)
-        return String(decoding: bytes, as: UTF8.self)
-    }
 }
 
 final class RecordingProvider: GuidedAccessRestrictionProvider {
