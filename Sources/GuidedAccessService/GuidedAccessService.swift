@@ -56,6 +56,8 @@ public actor GuidedAccessService {
     /// The bus's credentials of callers by unique name, which the bus never
     /// gives to another connection: asked once per connection, not per call.
     var credentialCache = CredentialCache(capacity: 64)
+    /// A journal write is due once the current call has replied (`journalAfterReply`).
+    var journalRefreshScheduled = false
     let inhibitor: SleepInhibitor
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
@@ -358,7 +360,32 @@ public actor GuidedAccessService {
         try settings.journal.applyJournaled(
             changes, to: backend, state: JournalState(session: new, restrictions: registry.restrictions),
             previous: previous)
-        new.forgetSnapshot(of: change.restore)
+        if !change.restore.isEmpty {
+            new.forgetSnapshot(of: change.restore)
+            journalAfterReply()
+        }
+    }
+
+    /// Keys given back (a feature turned off) leave the snapshot only after
+    /// their restore was written, so the journal written before it still
+    /// holds them. Left there, a restart would take the session as still
+    /// owing them and put them back over what the user set since. The
+    /// journal is brought up to date right after the reply — off the call's
+    /// path: a crash before that only leaves the state it already had.
+    private func journalAfterReply() {
+        guard !journalRefreshScheduled else { return }
+        journalRefreshScheduled = true
+        Task(executorPreference: connection.loop) { [self] in await refreshJournal() }
+    }
+
+    private func refreshJournal() {
+        journalRefreshScheduled = false
+        guard let session else { return }  // ended since: the journal says so already
+        do {
+            try record(session)
+        } catch {
+            logger.error("cannot bring the journal up to date after a feature was turned off: \(error)")
+        }
     }
 
     private func record(_ new: Session?) throws {

@@ -139,3 +139,23 @@ def test_journal_ahead_of_a_turn_off_puts_the_keys_back_at_start_up(ga_env, gad)
     assert_keys(ga_env.snapshot(), baseline)
     ok(ga_env.busctl_call("EndSession"))
     assert_keys(ga_env.snapshot(), baseline)
+
+
+def test_a_key_given_back_and_changed_by_the_user_stays_after_a_restart(ga_env, gad):
+    import dbus
+    # A kiosk app that stays connected: its session's journal is not
+    # rewritten by an owner leaving the bus.
+    app = Recorder(ga_env)
+    app.call("StartSession", "a{sv}", [dbus.Dictionary(
+        {"features": dbus.Array(["zoom", "screen-reader"], signature="s")}, signature="sv")])
+    app.call("ConfigureForSession", "asb", [["zoom"], False])
+    # The session gave the magnifier's keys back; the user now sets their own.
+    ga_env.gsettings_set(MAGNIFIER, "mag-factor", "5.0")
+    _, state = journal(ga_env)
+    assert state["session"]["owner"] == app.unique_name
+    assert [entry["key"] for entry in state["session"]["snapshot"]] == ["screen-reader-enabled"]
+    gad.restart_after_kill9()
+    assert Recorder(ga_env).prop("EnabledFeatures") == ["screen-reader"]
+    assert ga_env.snapshot()["/org/gnome/desktop/a11y/magnifier/mag-factor"] == 5.0
+    app.call("EndSession")
+    assert ga_env.snapshot()["/org/gnome/desktop/a11y/magnifier/mag-factor"] == 5.0
