@@ -42,6 +42,9 @@ public final class DconfBackend: SettingsBackend {
     public let lockOutsideSession: Bool
     /// The dconf command-line tool (`dconf update`).
     public let dconfProgram: String
+    /// Told what went wrong that did not stop a write (another database of
+    /// `databaseDir` failing to build).
+    public var onWarning: ((String) -> Void)?
 
     /// The key values the session layer imposes (and locks) now.
     public private(set) var imposed: [SettingKey: SettingValue]
@@ -80,7 +83,9 @@ public final class DconfBackend: SettingsBackend {
         imposed = [:]
         baseline = [:]
         imposed = try readKeyfile(keyfilePath)
-        baseline = try readKeyfile(baselineKeyfilePath)
+        // The baseline is written anew at start-up (`lockBaseline`): what the
+        // installed schemas no longer have (an upgrade) is left out, not an error.
+        baseline = try readKeyfile(baselineKeyfilePath, skippingUnknown: true)
     }
 
     // MARK: SettingsBackend
@@ -129,13 +134,24 @@ public final class DconfBackend: SettingsBackend {
     /// user's again. The session layer is not touched: a session resumed
     /// from the journal keeps its settings. Call it at start-up, before the
     /// bus name is requested.
+    ///
+    /// Both layers' files are written anew and the database rebuilt once,
+    /// whatever changed: a crash between writing a layer and `dconf update`
+    /// left a database that does not say what the files say.
     public func lockBaseline(_ values: [SettingKey: SettingValue]) throws(SettingsBackendError) {
         let wanted = lockOutsideSession ? values : [:]
         for (key, value) in wanted.sorted(by: { $0.key < $1.key }) { try schemas.validate(value, for: key) }
-        let present = fileExists(baselineKeyfilePath) || fileExists(baselineLocksPath)
-        guard wanted != baseline || (!wanted.isEmpty && !fileExists(databasePath)) || (wanted.isEmpty && present)
-        else { return }
-        try replaceLayer(baseline, with: wanted, keyfile: baselineKeyfilePath, locks: baselineLocksPath)
+        for path in [keyfilePath, locksPath, baselineKeyfilePath, baselineLocksPath] {
+            unlink(temporaryPath(of: path))  // left by a crash mid-write, if at all
+        }
+        do {
+            try writeLayer(imposed, keyfile: keyfilePath, locks: locksPath)
+            try writeLayer(wanted, keyfile: baselineKeyfilePath, locks: baselineLocksPath)
+            try runUpdate()
+        } catch {
+            try? writeLayer(baseline, keyfile: baselineKeyfilePath, locks: baselineLocksPath)
+            throw error
+        }
         baseline = wanted
     }
 
@@ -224,7 +240,9 @@ public final class DconfBackend: SettingsBackend {
         }
     }
 
-    private func readKeyfile(_ keyfilePath: String) throws(SettingsBackendError) -> [SettingKey: SettingValue] {
+    private func readKeyfile(
+        _ keyfilePath: String, skippingUnknown: Bool = false
+    ) throws(SettingsBackendError) -> [SettingKey: SettingValue] {
         guard let file = fopen(keyfilePath, "r") else {
             if errno == ENOENT { return [:] }
             throw SettingsBackendError(.writeFailed, "cannot read \(keyfilePath): \(lastError())")
@@ -253,6 +271,8 @@ public final class DconfBackend: SettingsBackend {
             let valueText = String(text[text.index(after: equals)...]).trimmingWhitespace()
             do {
                 values[key] = try schemas.parse(valueText, for: key)
+            } catch where skippingUnknown {
+                continue
             } catch {
                 throw SettingsBackendError(error.kind, "\(keyfilePath):\(number): \(error.message)")
             }
@@ -318,11 +338,32 @@ public final class DconfBackend: SettingsBackend {
         while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
         let exited = (status & 0x7f) == 0
         let code = (status >> 8) & 0xff
+        let message = String(decoding: stderrBytes, as: UTF8.self).trimmingWhitespace()
+        if exited && code == 1, let others = otherDatabasesFailing(message) {
+            // `dconf update DIR` rebuilds every database of DIR and fails
+            // when one fails; ours was rebuilt all the same.
+            onWarning?("`\(command)`: \(others.joined(separator: "; ")) (another database of \(databaseDir); \(databaseName) was rebuilt)")
+            return
+        }
         guard exited && code == 0 else {
-            let message = String(decoding: stderrBytes, as: UTF8.self).trimmingWhitespace()
             let how = exited ? "exited with status \(code)" : "was killed by signal \(status & 0x7f)"
             throw SettingsBackendError(.writeFailed, "`\(command)` \(how)\(message.isEmpty ? "" : ": \(message)")")
         }
+    }
+
+    /// When `dconf update`'s errors name only other databases' directories
+    /// (`DIR/OTHER.d: message`, one line each, then `error: …`), those lines.
+    private func otherDatabasesFailing(_ stderr: String) -> [String]? {
+        let ours = "/" + databaseName + ".d: "
+        var others: [String] = []
+        for line in stderr.split(separator: "\n").map(String.init) {
+            if line.hasPrefix("error: ") || line.hasPrefix("warning: ") || line.contains("Failed to set scheduler settings") {
+                continue
+            }
+            guard !line.contains(ours), line.hasPrefix("/"), line.contains(".d: ") else { return nil }
+            others.append(line)
+        }
+        return others.isEmpty ? nil : others
     }
 
     // MARK: Files
@@ -337,7 +378,7 @@ public final class DconfBackend: SettingsBackend {
 
     /// Temporary file, fsync, rename, fsync of the directory.
     private func writeAtomically(_ path: String, _ text: String, directory: String) throws(SettingsBackendError) {
-        let temporary = path + ".tmp"
+        let temporary = temporaryPath(of: path)
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw SettingsBackendError(.writeFailed, "cannot create \(temporary): \(lastError())") }
         var bytes = Array(text.utf8)
@@ -368,6 +409,13 @@ public final class DconfBackend: SettingsBackend {
             throw SettingsBackendError(.writeFailed, "cannot rename \(temporary) to \(path): \(error)")
         }
         try syncDirectory(directory)
+    }
+
+    /// A dot file beside `path`: dconf compiles every other file of the
+    /// directory, so a temporary file left by a crash must not be one of them.
+    private func temporaryPath(of path: String) -> String {
+        let slash = path.lastIndex(of: "/")!
+        return String(path[...slash]) + "." + String(path[path.index(after: slash)...]) + ".tmp"
     }
 
     private func removeFile(_ path: String, directory: String) throws(SettingsBackendError) {

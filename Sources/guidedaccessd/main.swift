@@ -132,6 +132,7 @@ func serve(
             let dconf = try DconfBackend(
                 databaseDir: configuration.dconf.databaseDir, databaseName: configuration.dconf.databaseName,
                 lockOutsideSession: configuration.dconf.lockOutsideSession)
+            dconf.onWarning = { logger.warning("dconf backend: \($0)") }
             // Before the journal is recovered and the name requested. Keys a
             // resumed session imposes keep their values. Without
             // LockOutsideSession this removes a baseline an earlier

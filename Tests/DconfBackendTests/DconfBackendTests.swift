@@ -175,6 +175,71 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         #expect(never.imposed.isEmpty)
     }
 
+    @Test func anotherBrokenDatabaseOfTheDirectoryDoesNotFailOurs() throws {
+        // An administrator's database beside ours, with a typo in it.
+        try FileManager.default.createDirectory(atPath: databaseDir + "/local.d", withIntermediateDirectories: true)
+        try "[org/gnome/desktop/a11y/magnifier\nmag-factor=9.0\n".write(
+            toFile: databaseDir + "/local.d/00-site", atomically: true, encoding: .utf8)
+        let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
+        let warnings = Warnings()
+        backend.onWarning = { warnings.add($0) }
+        try backend.apply([magFactor: .double(4)])
+        #expect(try get(magFactor) == "4.0")
+        #expect(try writable(magFactor) == "false")
+        #expect(warnings.all.count == 1)
+        #expect(warnings.all.first?.contains(databaseDir + "/local.d: ") == true)
+
+        // Our own broken keyfile is still an error.
+        try "[org/gnome/desktop/a11y/magnifier\n".write(
+            toFile: backend.keyfileDirectory + "/60-broken", atomically: true, encoding: .utf8)
+        let error = #expect(throws: SettingsBackendError.self) { try backend.apply([magFactor: .double(5)]) }
+        #expect(error?.message.contains("guidedaccess.d") == true)
+        #expect(try get(magFactor) == "4.0")
+    }
+
+    @Test func startUpRebuildsWhatACrashLeftBetweenTheFilesAndDconfUpdate() throws {
+        let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
+        try backend.apply([magFactor: .double(3)])
+        // As if a later apply had written its keyfile and died before `dconf update`.
+        let text = try String(contentsOfFile: backend.keyfilePath, encoding: .utf8)
+        try text.replacingOccurrences(of: "mag-factor=3.0", with: "mag-factor=6.0")
+            .write(toFile: backend.keyfilePath, atomically: true, encoding: .utf8)
+        #expect(try get(magFactor) == "3.0")
+
+        let restarted = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
+        #expect(restarted.imposed == [magFactor: .double(6)])
+        try restarted.lockBaseline(restarted.schemaDefaults(of: [magFactor]))
+        #expect(try get(magFactor) == "6.0")
+        #expect(try writable(magFactor) == "false")
+    }
+
+    @Test func temporaryFilesAreDotFilesThatDconfSkips() throws {
+        let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: true)
+        try backend.lockBaseline(backend.schemaDefaults(of: [invert]))
+        try backend.apply([magFactor: .double(3)])
+        let names = try FileManager.default.contentsOfDirectory(atPath: backend.keyfileDirectory).sorted()
+        #expect(names == ["40-guidedaccess-baseline", "50-guidedaccess", "locks"])
+        // A leftover of a crash mid-write neither counts nor stays.
+        try "garbage".write(toFile: backend.keyfileDirectory + "/.50-guidedaccess.tmp", atomically: true, encoding: .utf8)
+        try backend.apply([magFactor: .double(4)])
+        #expect(try get(magFactor) == "4.0")
+        let restarted = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: true)
+        try restarted.lockBaseline(restarted.schemaDefaults(of: [invert]))
+        #expect(!exists(backend.keyfileDirectory + "/.50-guidedaccess.tmp"))
+    }
+
+    @Test func aBaselineKeyTheSchemasNoLongerHaveDoesNotStopStartUp() throws {
+        let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: true)
+        try backend.lockBaseline(backend.schemaDefaults(of: [invert]))
+        // As after an upgrade that dropped a key.
+        let text = try String(contentsOfFile: backend.baselineKeyfilePath, encoding: .utf8)
+        try (text + "no-such-key=true\n").write(toFile: backend.baselineKeyfilePath, atomically: true, encoding: .utf8)
+        let restarted = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: true)
+        #expect(restarted.baseline == [invert: .bool(false)])
+        try restarted.lockBaseline(restarted.schemaDefaults(of: [invert]))
+        #expect(try !String(contentsOfFile: backend.baselineKeyfilePath, encoding: .utf8).contains("no-such-key"))
+    }
+
     @Test func applyTiming() throws {
         let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
         var micros: [Double] = []
@@ -189,4 +254,10 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         #expect(try get(invert) == "false")
         #expect(try get(magFactor) == "3.0")
     }
+}
+
+final class Warnings: @unchecked Sendable {
+    private var lines: [String] = []
+    func add(_ line: String) { lines.append(line) }
+    var all: [String] { lines }
 }
