@@ -430,5 +430,7 @@ polkit.addRule(function(action, subject) {
     assert error_of(refused) == "org.guidedaccess.GuidedAccess1.Error.NotAuthorized"
     gdbus(ct, "EndSession", user=KIOSK_USER)
     assert prop(ct, "SessionActive") is False
+    # LockOutsideSession (step 7's configuration): the baseline is locked again.
+    expect_view(ct, DEFAULTS, writable=False)
     [started] = [r for r in journal(ct, "sessionStarted") if r["GUIDEDACCESS_CALLER_UID"] == "1000"]
     assert started["GUIDEDACCESS_FEATURES"] == "zoom"
