@@ -38,13 +38,13 @@ final class PolkitAgent {
     }
 
     let pid: pid_t
-    private let reaped: DispatchSemaphore
+    private let exited: DispatchSemaphore
     private let terminal: SavedTerminal?
     private var closed = false
 
-    private init(pid: pid_t, reaped: DispatchSemaphore, terminal: SavedTerminal?) {
+    private init(pid: pid_t, exited: DispatchSemaphore, terminal: SavedTerminal?) {
         self.pid = pid
-        self.reaped = reaped
+        self.exited = exited
         self.terminal = terminal
     }
 
@@ -54,7 +54,7 @@ final class PolkitAgent {
     static func open() -> PolkitAgent? {
         let terminal = SavedTerminal()
         let started = DispatchSemaphore(value: 0)
-        let reaped = DispatchSemaphore(value: 0)
+        let exited = DispatchSemaphore(value: 0)
         let outcome = Outcome()
         let thread = Thread {
             // Prepared before the fork: the child only execs.
@@ -80,9 +80,11 @@ final class PolkitAgent {
             waitForHangUp(fds[0], timeout: registrationTimeout)
             Glibc.close(fds[0])
             started.signal()
-            var status: Int32 = 0
-            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-            reaped.signal()
+            // Waits for the exit but leaves the zombie: its pid cannot be
+            // reused while `close()` may still signal it; `close()` reaps it.
+            var info = siginfo_t()
+            while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR {}
+            exited.signal()
         }
         thread.name = "polkit-agent"
         thread.start()
@@ -92,7 +94,7 @@ final class PolkitAgent {
                 Data("guidedaccessctl: cannot start \(path): \(String(cString: strerror(outcome.error)))\n".utf8))
             return nil
         }
-        return PolkitAgent(pid: outcome.pid, reaped: reaped, terminal: terminal)
+        return PolkitAgent(pid: outcome.pid, exited: exited, terminal: terminal)
     }
 
     /// Ends the agent: SIGTERM (and SIGCONT, should it be stopped), at most
@@ -102,16 +104,20 @@ final class PolkitAgent {
     func close() {
         guard !closed else { return }
         closed = true
-        if reaped.wait(timeout: .now()) == .timedOut {
+        if exited.wait(timeout: .now()) == .timedOut {
             kill(pid, SIGTERM)
             kill(pid, SIGCONT)
-            if reaped.wait(timeout: .now() + Self.terminationTimeout) == .timedOut {
+            if exited.wait(timeout: .now() + Self.terminationTimeout) == .timedOut {
                 kill(pid, SIGKILL)
-                if reaped.wait(timeout: .now() + Self.terminationTimeout) == .timedOut {
+                if exited.wait(timeout: .now() + Self.terminationTimeout) == .timedOut {
                     FileHandle.standardError.write(Data("guidedaccessctl: \(Self.path) (pid \(pid)) does not exit\n".utf8))
+                    terminal?.restoreIfChanged()
+                    return
                 }
             }
         }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         terminal?.restoreIfChanged()
     }
 

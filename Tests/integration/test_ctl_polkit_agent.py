@@ -47,9 +47,14 @@ class Registrations:
     def __init__(self, env):
         self.calls = []
         self.agents = []  # (unique name, object path)
+        # CheckAuthorization calls seen: proof that the monitor works where
+        # a test expects no registration at all.
+        self.checks = 0
         self.connection = env.connect(mainloop=True)
 
         def on_message(connection, message):
+            if message.get_member() == "CheckAuthorization":
+                self.checks += 1
             if message.get_member() in ("RegisterAuthenticationAgent", "RegisterAuthenticationAgentWithOptions"):
                 self.calls.append(message.get_args_list())
                 self.agents.append((message.get_sender(), str(message.get_args_list()[2])))
@@ -61,6 +66,7 @@ class Registrations:
 
     def subject_pids(self):
         pump_for(0.1)
+        assert self.checks > 0, "the bus monitor saw no CheckAuthorization: it would see no registration either"
         return [int(args[0][1]["pid"]) for args in self.calls if args[0][0] == "unix-process"]
 
 
