@@ -216,28 +216,6 @@ public final class DconfBackend: SettingsBackend {
             try writeAtomically(
                 locksPath, header + locked.map { $0.dconfPath + "\n" }.joined(), directory: locksDirectory)
         }
-        try ensureNewerThanDatabase()
-    }
-
-    /// `dconf update` skips a database whose file is not older than its
-    /// keyfile directory and files. File times come from a coarse clock:
-    /// two applies within one tick could otherwise leave the database stale.
-    private func ensureNewerThanDatabase() throws(SettingsBackendError) {
-        var database = stat()
-        guard stat(databasePath, &database) == 0 else { return }
-        for _ in 0..<100 {
-            var newest = timespec()
-            for path in [keyfileDirectory, locksDirectory, keyfilePath, locksPath, baselineKeyfilePath, baselineLocksPath] {
-                var info = stat()
-                if stat(path, &info) == 0, info.st_mtim > newest { newest = info.st_mtim }
-            }
-            if newest > database.st_mtim { return }
-            usleep(1000)
-            // nil times: now.
-            guard utimensat(AT_FDCWD, keyfileDirectory, nil, 0) == 0 else {
-                throw SettingsBackendError(.writeFailed, "cannot touch \(keyfileDirectory): \(lastError())")
-            }
-        }
     }
 
     private func readKeyfile(
@@ -439,12 +417,6 @@ public final class DconfBackend: SettingsBackend {
 }
 
 private func lastError() -> String { String(cString: strerror(errno)) }
-
-extension timespec {
-    fileprivate static func > (a: timespec, b: timespec) -> Bool {
-        (a.tv_sec, a.tv_nsec) > (b.tv_sec, b.tv_nsec)
-    }
-}
 
 extension String {
     fileprivate func trimmingWhitespace() -> String {
