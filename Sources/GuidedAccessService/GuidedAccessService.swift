@@ -56,8 +56,6 @@ public actor GuidedAccessService {
     /// The bus's credentials of callers by unique name, which the bus never
     /// gives to another connection: asked once per connection, not per call.
     var credentialCache = CredentialCache(capacity: 64)
-    /// A journal write is due once the current call has replied (`journalAfterReply`).
-    var journalRefreshScheduled = false
     let inhibitor: SleepInhibitor
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
@@ -101,6 +99,7 @@ public actor GuidedAccessService {
         if let owner = recovered.owner, (try? await connection.nameOwner(owner)) != owner {
             recovered.owner = nil
         }
+        reconcileSettings(with: &recovered)
         session = recovered
         logger.notice(
             "resumed the session of \(recovered.ownerIdentity) from the journal: features \(recovered.features.sortedWireNames)"
@@ -115,37 +114,59 @@ public actor GuidedAccessService {
             }
             return
         }
-        reconcileSettings(with: recovered)
         if let owner = recovered.owner { await watchOwner(owner) }
         scheduleDeadline()
         if recovered.inhibitSleep { await inhibitor.acquire() }
     }
 
-    /// The journal is written before the settings: a crash in between leaves
-    /// it one call ahead of them. Puts the keys in line with the recovered
-    /// session — the values its features require, and the snapshot's values
-    /// for the other keys the snapshot holds (a feature being turned off) — so
-    /// that EnabledFeatures is the truth, and turning a recorded feature on
+    /// The journal is written before the settings, and keys a call gives
+    /// back (a feature turned off) leave its snapshot only at the next write
+    /// after their restore. So a resumed session may be one call ahead of
+    /// the keys, or still list keys it gave back. This puts the keys in line
+    /// with it:
+    /// - a key its features require gets their value;
+    /// - a listed key they do not require is put back to its snapshot value
+    ///   only while it still has a value the session would have written
+    ///   (the restore never happened); if not, it was given back already —
+    ///   perhaps changed by the user since — and is left alone. Either way it
+    ///   leaves the snapshot, so the session's end does not touch it.
+    /// Then EnabledFeatures is the truth, and turning a recorded feature on
     /// again (which changes nothing) leaves no key behind.
-    private func reconcileSettings(with recovered: Session) {
+    private func reconcileSettings(with recovered: inout Session) {
         let wanted = keyMap.keyValues(for: recovered.features, options: recovered.keyMapOptions)
         var changes: [SettingKey: SettingValue?] = [:]
-        for (key, stored) in recovered.snapshot {
-            let value: SettingValue? = wanted[key] ?? stored.settingValue
+        var givenBack: [SettingKey] = []
+        for (key, stored) in recovered.snapshot.sorted(by: { $0.key < $1.key }) {
+            let current: SettingValue?
             do {
-                if try backend.userValue(of: key) != value { changes[key] = .some(value) }
+                current = try backend.userValue(of: key)
             } catch {
                 logger.error("cannot read \(key) to check it against the journal: \(error.message)")
+                continue
+            }
+            if let value = wanted[key] {
+                if current != value { changes[key] = .some(value) }
+                continue
+            }
+            givenBack.append(key)
+            let sessionValues = Feature.allCases.filter { !recovered.features.contains($0) }.compactMap {
+                keyMap.keyValues(for: recovered.features.union([$0]), options: recovered.keyMapOptions)[key]
+            }
+            if let current, sessionValues.contains(current), current != stored.settingValue {
+                changes[key] = .some(stored.settingValue)
             }
         }
-        guard !changes.isEmpty else { return }
-        let keys = changes.keys.sorted().map { "\($0)" }.joined(separator: ", ")
-        do {
-            try backend.apply(changes)
-            logger.notice("the journal was ahead of the settings (a crash mid-call): \(keys) put in line with it")
-        } catch {
-            logger.error("cannot put \(keys) in line with the journal: \(error.message)")
+        if !changes.isEmpty {
+            let keys = changes.keys.sorted().map { "\($0)" }.joined(separator: ", ")
+            do {
+                try backend.apply(changes)
+                logger.notice("the journal was ahead of the settings (a crash mid-call): \(keys) put in line with it")
+            } catch {
+                logger.error("cannot put \(keys) in line with the journal: \(error.message)")
+                return  // the snapshot keeps them: the session's end restores them
+            }
         }
+        recovered.forgetSnapshot(of: givenBack)
     }
 
     // MARK: The interface
@@ -360,32 +381,7 @@ public actor GuidedAccessService {
         try settings.journal.applyJournaled(
             changes, to: backend, state: JournalState(session: new, restrictions: registry.restrictions),
             previous: previous)
-        if !change.restore.isEmpty {
-            new.forgetSnapshot(of: change.restore)
-            journalAfterReply()
-        }
-    }
-
-    /// Keys given back (a feature turned off) leave the snapshot only after
-    /// their restore was written, so the journal written before it still
-    /// holds them. Left there, a restart would take the session as still
-    /// owing them and put them back over what the user set since. The
-    /// journal is brought up to date right after the reply — off the call's
-    /// path: a crash before that only leaves the state it already had.
-    private func journalAfterReply() {
-        guard !journalRefreshScheduled else { return }
-        journalRefreshScheduled = true
-        Task(executorPreference: connection.loop) { [self] in await refreshJournal() }
-    }
-
-    private func refreshJournal() {
-        journalRefreshScheduled = false
-        guard let session else { return }  // ended since: the journal says so already
-        do {
-            try record(session)
-        } catch {
-            logger.error("cannot bring the journal up to date after a feature was turned off: \(error)")
-        }
+        new.forgetSnapshot(of: change.restore)
     }
 
     private func record(_ new: Session?) throws {
