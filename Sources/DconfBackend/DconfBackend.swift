@@ -124,6 +124,16 @@ public final class DconfBackend: SettingsBackend {
         try impose(new)
     }
 
+    /// No session in the journal, yet the session layer imposes keys (a
+    /// corrupt journal kept aside, or an install whose layer also held the
+    /// baseline): nothing could ever end them, so they go.
+    public func startedWithoutSession() throws(SettingsBackendError) -> [SettingKey] {
+        guard !imposed.isEmpty else { return [] }
+        let released = imposed.keys.sorted()
+        try impose([:])
+        return released
+    }
+
     // MARK: Outside a session
 
     /// `[Dconf] LockOutsideSession`: while no session changes them, the

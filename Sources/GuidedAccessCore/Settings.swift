@@ -109,12 +109,18 @@ public protocol SettingsBackend: AnyObject {
     /// to unset. Returns when the change is durable (synced).
     func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError)
 
-    /// Called after a session's settings were restored. System mode
-    /// re-imposes its baseline here (`[Dconf] LockOutsideSession`); the
-    /// default does nothing.
+    /// Called after a session's settings were restored; the default does nothing.
     func sessionDidEnd() throws(SettingsBackendError)
+
+    /// Called at start-up when the journal holds no session (none, or a
+    /// corrupt journal kept aside): whatever the backend still applies for a
+    /// session that no journal can end goes. Returns the keys it let go of;
+    /// the default (user settings, which keep no record of their own) does
+    /// nothing.
+    func startedWithoutSession() throws(SettingsBackendError) -> [SettingKey]
 }
 
 extension SettingsBackend {
     public func sessionDidEnd() throws(SettingsBackendError) {}
+    public func startedWithoutSession() throws(SettingsBackendError) -> [SettingKey] { [] }
 }

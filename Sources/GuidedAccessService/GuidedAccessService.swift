@@ -93,9 +93,19 @@ public actor GuidedAccessService {
             logger.error("\(error)")
             state = nil
         }
-        guard let state else { return }
-        registry = RestrictionRegistry(restrictions: state.restrictions)
-        guard var recovered = state.session else { return }
+        registry = RestrictionRegistry(restrictions: state?.restrictions ?? [])
+        guard var recovered = state?.session else {
+            do {
+                let released = try backend.startedWithoutSession()
+                if !released.isEmpty {
+                    logger.notice(
+                        "no session in the journal: \(released.map { "\($0)" }.joined(separator: ", ")) no longer imposed")
+                }
+            } catch {
+                logger.error("no session in the journal, but what the backend still applies stays: \(error.message)")
+            }
+            return
+        }
         if let owner = recovered.owner, (try? await connection.nameOwner(owner)) != owner {
             recovered.owner = nil
         }

@@ -122,3 +122,18 @@ def test_restarted_without_lock_outside_session_the_keys_are_the_users_again(ga_
     assert ga_env.busctl_call("EndSession")[0] == 0
     assert writable(ga_env, MAG)
     assert get(ga_env, READER) == "true"
+
+
+def test_a_corrupt_journal_does_not_leave_the_session_layer_locked_for_good(ga_env, lockdown):
+    daemon = lockdown()
+    assert ga_env.busctl_call("StartSession", "a{sv}", "1", "features", "as", "1", "zoom")[0] == 0
+    assert not writable(ga_env, MAG)
+    daemon.kill9()
+    (ga_env.state_dir / "journal.json").write_text("{ not json")
+    daemon.start()
+    # The journal is kept aside; no session can end what it imposed, so it goes.
+    assert list(ga_env.state_dir.glob("journal.corrupt-*"))
+    assert writable(ga_env, MAG)
+    code, out, _ = ga_env.busctl("get-property", "org.guidedaccess.GuidedAccess1", "/org/guidedaccess/GuidedAccess1",
+                                 "org.guidedaccess.GuidedAccess1", "SessionActive")
+    assert out.strip() == "b false"
