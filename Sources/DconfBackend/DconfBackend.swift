@@ -152,7 +152,10 @@ public final class DconfBackend: SettingsBackend {
         let wanted = lockOutsideSession ? values : [:]
         for (key, value) in wanted.sorted(by: { $0.key < $1.key }) { try schemas.validate(value, for: key) }
         for path in [keyfilePath, locksPath, baselineKeyfilePath, baselineLocksPath] {
-            unlink(temporaryPath(of: path))  // left by a crash mid-write, if at all
+            // Left by a crash mid-write, if at all (`X.tmp`: the name before
+            // temporary files were dot files, which dconf would compile).
+            unlink(temporaryPath(of: path))
+            unlink(path + ".tmp")
         }
         do {
             try writeLayer(imposed, keyfile: keyfilePath, locks: locksPath)
@@ -276,6 +279,8 @@ public final class DconfBackend: SettingsBackend {
     /// (DBUS_SYSTEM_BUS_ADDRESS decides where WritabilityNotify goes).
     private func runUpdate() throws(SettingsBackendError) {
         let command = "\(dconfProgram) update \(databaseDir)"
+        // dconf update replaces the database file (a new inode) when it builds it.
+        let databaseBefore = inode(of: databasePath)
         var pipeEnds: [Int32] = [-1, -1]
         // pipe2 is not in Swift's Glibc; the descriptors are close-on-exec
         // right after (the dup2 onto stderr clears it for dconf's copy).
@@ -312,11 +317,12 @@ public final class DconfBackend: SettingsBackend {
             throw SettingsBackendError(.writeFailed, "\(command): cannot run it: \(String(cString: strerror(spawned)))")
         }
         var stderrBytes: [UInt8] = []
+        var stderrCut = false
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
             let count = buffer.withUnsafeMutableBytes { read(pipeEnds[0], $0.baseAddress, $0.count) }
             if count > 0 {
-                if stderrBytes.count < 65536 { stderrBytes += buffer[0..<count] }
+                if stderrBytes.count < 65536 { stderrBytes += buffer[0..<count] } else { stderrCut = true }
             } else if count == 0 || errno != EINTR {
                 break
             }
@@ -327,7 +333,9 @@ public final class DconfBackend: SettingsBackend {
         let exited = (status & 0x7f) == 0
         let code = (status >> 8) & 0xff
         let message = String(decoding: stderrBytes, as: UTF8.self).trimmingWhitespace()
-        if exited && code == 1, let others = otherDatabasesFailing(message) {
+        if exited && code == 1, !stderrCut, let rebuilt = inode(of: databasePath), rebuilt != databaseBefore,
+            let others = otherDatabasesFailing(message)
+        {
             // `dconf update DIR` rebuilds every database of DIR and fails
             // when one fails; ours was rebuilt all the same.
             onWarning?("`\(command)`: \(others.joined(separator: "; ")) (another database of \(databaseDir); \(databaseName) was rebuilt)")
@@ -337,6 +345,11 @@ public final class DconfBackend: SettingsBackend {
             let how = exited ? "exited with status \(code)" : "was killed by signal \(status & 0x7f)"
             throw SettingsBackendError(.writeFailed, "`\(command)` \(how)\(message.isEmpty ? "" : ": \(message)")")
         }
+    }
+
+    private func inode(of path: String) -> ino_t? {
+        var info = stat()
+        return stat(path, &info) == 0 ? info.st_ino : nil
     }
 
     /// When `dconf update`'s errors name only other databases' directories

@@ -56,6 +56,8 @@ public actor GuidedAccessService {
     /// The bus's credentials of callers by unique name, which the bus never
     /// gives to another connection: asked once per connection, not per call.
     var credentialCache = CredentialCache(capacity: 64)
+    /// A pending journal write after keys were given back (`journalSoon`).
+    var journalRefresh: Task<Void, Never>?
     let inhibitor: SleepInhibitor
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
@@ -109,7 +111,13 @@ public actor GuidedAccessService {
         if let owner = recovered.owner, (try? await connection.nameOwner(owner)) != owner {
             recovered.owner = nil
         }
-        reconcileSettings(with: &recovered)
+        if reconcileSettings(with: &recovered, expired: recovered.isExpired(nowUsec: Self.nowUsec())) {
+            do {
+                try record(recovered)
+            } catch {
+                logger.error("\(error)")
+            }
+        }
         session = recovered
         logger.notice(
             "resumed the session of \(recovered.ownerIdentity) from the journal: features \(recovered.features.sortedWireNames)"
@@ -130,19 +138,23 @@ public actor GuidedAccessService {
     }
 
     /// The journal is written before the settings, and keys a call gives
-    /// back (a feature turned off) leave its snapshot only at the next write
-    /// after their restore. So a resumed session may be one call ahead of
-    /// the keys, or still list keys it gave back. This puts the keys in line
+    /// back (a feature turned off) leave its snapshot only at a later write
+    /// (`journalSoon`). So a resumed session may be one call ahead of the
+    /// keys, or still list keys it gave back. This puts the keys in line
     /// with it:
     /// - a key its features require gets their value;
     /// - a listed key they do not require is put back to its snapshot value
     ///   only while it still has a value the session would have written
-    ///   (the restore never happened); if not, it was given back already —
+    ///   (the restore never happened); otherwise it was given back already —
     ///   perhaps changed by the user since — and is left alone. Either way it
-    ///   leaves the snapshot, so the session's end does not touch it.
+    ///   leaves the snapshot, so the session's end does not touch it; only a
+    ///   key whose restore fails here stays, for the end to restore.
+    /// A session past its time limit (`expired`) is about to end: nothing is
+    /// written, the end restores what the snapshot keeps.
     /// Then EnabledFeatures is the truth, and turning a recorded feature on
-    /// again (which changes nothing) leaves no key behind.
-    private func reconcileSettings(with recovered: inout Session) {
+    /// again (which changes nothing) leaves no key behind. Returns whether
+    /// the session changed (the caller journals it).
+    private func reconcileSettings(with recovered: inout Session, expired: Bool) -> Bool {
         let wanted = keyMap.keyValues(for: recovered.features, options: recovered.keyMapOptions)
         var changes: [SettingKey: SettingValue?] = [:]
         var givenBack: [SettingKey] = []
@@ -155,16 +167,18 @@ public actor GuidedAccessService {
                 continue
             }
             if let value = wanted[key] {
-                if current != value { changes[key] = .some(value) }
+                if !expired && current != value { changes[key] = .some(value) }
                 continue
             }
-            givenBack.append(key)
             let sessionValues = Feature.allCases.filter { !recovered.features.contains($0) }.compactMap {
                 keyMap.keyValues(for: recovered.features.union([$0]), options: recovered.keyMapOptions)[key]
             }
             if let current, sessionValues.contains(current), current != stored.settingValue {
+                // The restore never happened.
+                guard !expired else { continue }
                 changes[key] = .some(stored.settingValue)
             }
+            givenBack.append(key)
         }
         if !changes.isEmpty {
             let keys = changes.keys.sorted().map { "\($0)" }.joined(separator: ", ")
@@ -173,10 +187,12 @@ public actor GuidedAccessService {
                 logger.notice("the journal was ahead of the settings (a crash mid-call): \(keys) put in line with it")
             } catch {
                 logger.error("cannot put \(keys) in line with the journal: \(error.message)")
-                return  // the snapshot keeps them: the session's end restores them
+                // Those still to be restored stay in the snapshot: the session's end restores them.
+                givenBack.removeAll { changes[$0] != nil }
             }
         }
         recovered.forgetSnapshot(of: givenBack)
+        return !givenBack.isEmpty
     }
 
     // MARK: The interface
@@ -391,12 +407,48 @@ public actor GuidedAccessService {
         try settings.journal.applyJournaled(
             changes, to: backend, state: JournalState(session: new, restrictions: registry.restrictions),
             previous: previous)
-        new.forgetSnapshot(of: change.restore)
+        if !change.restore.isEmpty {
+            new.forgetSnapshot(of: change.restore)
+            journalSoon()
+        }
+    }
+
+    /// Keys given back leave the snapshot only after their restore was
+    /// written, so the journal written before it still lists them; a restart
+    /// would then have to guess whether they are still owed
+    /// (`reconcileSettings`). The journal is written again once calls have
+    /// paused for `journalRefreshDelay` — off every call's path, and once for
+    /// a burst of calls. Any journal write in between makes it unnecessary.
+    private func journalSoon() {
+        journalRefresh?.cancel()
+        let loop = connection.loop
+        journalRefresh = Task(executorPreference: loop) { [self] in
+            do {
+                try await loop.sleep(for: Self.journalRefreshDelay)
+            } catch {
+                return  // cancelled: a later write or a later turn-off takes over
+            }
+            await refreshJournal()
+        }
+    }
+
+    static let journalRefreshDelay: Duration = .milliseconds(250)
+
+    private func refreshJournal() {
+        journalRefresh = nil
+        guard let session else { return }
+        do {
+            try record(session)
+        } catch {
+            logger.error("cannot bring the journal up to date after a feature was turned off: \(error)")
+        }
     }
 
     private func record(_ new: Session?) throws {
         do {
             try settings.journal.record(JournalState(session: new, restrictions: registry.restrictions))
+            journalRefresh?.cancel()
+            journalRefresh = nil
         } catch {
             throw GuidedAccessError.backendFailed("cannot record the session: \(error)")
         }

@@ -52,6 +52,9 @@ final class PolkitAgent {
     /// `registrationTimeout` passed). Nil when it could not be started (said
     /// on stderr); the call then goes ahead without one.
     static func open() -> PolkitAgent? {
+        // Inherited as ignored, SIGCHLD would have the kernel reap the agent
+        // at once, and waitid would see no child to wait for.
+        signal(SIGCHLD, SIG_DFL)
         let terminal = SavedTerminal()
         let started = DispatchSemaphore(value: 0)
         let exited = DispatchSemaphore(value: 0)

@@ -141,23 +141,54 @@ def test_journal_ahead_of_a_turn_off_puts_the_keys_back_at_start_up(ga_env, gad)
     assert_keys(ga_env.snapshot(), baseline)
 
 
-def test_a_key_given_back_and_changed_by_the_user_stays_after_a_restart(ga_env, gad):
+def _session_of_a_connected_app(ga_env, features):
     import dbus
     # A kiosk app that stays connected: its session's journal is not
     # rewritten by an owner leaving the bus.
     app = Recorder(ga_env)
     app.call("StartSession", "a{sv}", [dbus.Dictionary(
-        {"features": dbus.Array(["zoom", "screen-reader"], signature="s")}, signature="sv")])
+        {"features": dbus.Array(features, signature="s")}, signature="sv")])
+    return app
+
+
+def _journaled_keys(ga_env):
+    _, state = journal(ga_env)
+    return [entry["key"] for entry in state["session"]["snapshot"]]
+
+
+def test_the_journal_lets_go_of_given_back_keys_once_calls_pause(ga_env, gad):
+    app = _session_of_a_connected_app(ga_env, ["zoom", "screen-reader"])
+    app.call("ConfigureForSession", "asb", [["zoom"], False])
+    deadline = time.monotonic() + 5
+    while "mag-factor" in _journaled_keys(ga_env):
+        assert time.monotonic() < deadline, "the journal still lists the magnifier's keys 5 s after zoom went off"
+        time.sleep(0.05)
+    assert _journaled_keys(ga_env) == ["screen-reader-enabled"]
+    # The user turns the magnifier on themselves — a value the session also
+    # writes; a restart now must leave it alone.
+    ga_env.gsettings_set(A11Y_APPS, "screen-magnifier-enabled", "true")
+    gad.restart_after_kill9()
+    assert Recorder(ga_env).prop("EnabledFeatures") == ["screen-reader"]
+    app.call("EndSession")
+    assert ga_env.snapshot()["/org/gnome/desktop/a11y/applications/screen-magnifier-enabled"] is True
+
+
+def test_a_key_given_back_and_changed_by_the_user_stays_after_a_restart(ga_env, gad):
+    import json
+    app = _session_of_a_connected_app(ga_env, ["zoom", "screen-reader"])
+    path, before = journal(ga_env)
     app.call("ConfigureForSession", "asb", [["zoom"], False])
     # The session gave the magnifier's keys back; the user now sets their own.
     ga_env.gsettings_set(MAGNIFIER, "mag-factor", "5.0")
-    # The journal still lists the given-back keys (they leave it at its next
-    # write): a restart now must not take them as owed.
-    _, state = journal(ga_env)
-    assert state["session"]["owner"] == app.unique_name
-    assert "mag-factor" in [entry["key"] for entry in state["session"]["snapshot"]]
-    gad.restart_after_kill9()
+    gad.kill9()
+    # The journal as the turn-off wrote it, before its later rewrite: the
+    # features without zoom, the snapshot still listing zoom's keys.
+    before["session"]["features"] = ["screen-reader"]
+    path.write_text(json.dumps(before))
+    gad.start()
     assert Recorder(ga_env).prop("EnabledFeatures") == ["screen-reader"]
     assert ga_env.snapshot()["/org/gnome/desktop/a11y/magnifier/mag-factor"] == 5.0
+    # Start-up journaled what it decided.
+    assert _journaled_keys(ga_env) == ["screen-reader-enabled"]
     app.call("EndSession")
     assert ga_env.snapshot()["/org/gnome/desktop/a11y/magnifier/mag-factor"] == 5.0
