@@ -377,39 +377,15 @@ public final class DconfBackend: SettingsBackend {
         throw SettingsBackendError(.writeFailed, "cannot create the directory \(path): \(lastError())")
     }
 
-    /// Temporary file, fsync, rename, fsync of the directory.
+    /// Temporary file, fsync, rename, fsync of the directory (`DurableFile`);
+    /// 0644 whatever the umask, so dconf readers can read it.
     private func writeAtomically(_ path: String, _ text: String, directory: String) throws(SettingsBackendError) {
-        let temporary = temporaryPath(of: path)
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw SettingsBackendError(.writeFailed, "cannot create \(temporary): \(lastError())") }
-        var bytes = Array(text.utf8)
-        var written = 0
-        while written < bytes.count {
-            let count = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress! + written, $0.count - written) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else {
-                let error = lastError()
-                close(fd)
-                unlink(temporary)
-                throw SettingsBackendError(.writeFailed, "cannot write \(temporary): \(error)")
-            }
-            written += count
+        do {
+            try DurableFile.replace(
+                path, with: Array(text.utf8), mode: 0o644, temporary: temporaryPath(of: path), directory: directory)
+        } catch {
+            throw SettingsBackendError(.writeFailed, "cannot write \(path): \(error)")
         }
-        bytes.removeAll()
-        // The mode is set explicitly: the umask must not hide the file from dconf readers.
-        guard fchmod(fd, 0o644) == 0, fsync(fd) == 0 else {
-            let error = lastError()
-            close(fd)
-            unlink(temporary)
-            throw SettingsBackendError(.writeFailed, "cannot sync \(temporary): \(error)")
-        }
-        close(fd)
-        guard rename(temporary, path) == 0 else {
-            let error = lastError()
-            unlink(temporary)
-            throw SettingsBackendError(.writeFailed, "cannot rename \(temporary) to \(path): \(error)")
-        }
-        try syncDirectory(directory)
     }
 
     /// A dot file beside `path`: dconf compiles every other file of the
@@ -428,10 +404,11 @@ public final class DconfBackend: SettingsBackend {
     }
 
     private func syncDirectory(_ path: String) throws(SettingsBackendError) {
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw SettingsBackendError(.writeFailed, "cannot open \(path): \(lastError())") }
-        defer { close(fd) }
-        guard fsync(fd) == 0 else { throw SettingsBackendError(.writeFailed, "cannot sync \(path): \(lastError())") }
+        do {
+            try DurableFile.syncDirectory(path)
+        } catch {
+            throw SettingsBackendError(.writeFailed, "cannot sync \(path): \(error)")
+        }
     }
 
     private func fileExists(_ path: String) -> Bool {

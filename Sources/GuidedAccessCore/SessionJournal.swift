@@ -91,13 +91,12 @@ public struct SessionJournal: Sendable {
         if mkdir(directory, 0o700) != 0, errno != EEXIST {
             throw .io(path: directory, operation: "mkdir", errno: errno)
         }
-        try writeDurably(data, to: temporaryPath)
-        guard rename(temporaryPath, path) == 0 else {
-            let code = errno
-            unlink(temporaryPath)
-            throw .io(path: path, operation: "rename", errno: code)
+        do {
+            // 0600: the journal holds the owner's identity and the user's settings.
+            try DurableFile.replace(path, with: data, mode: 0o600, temporary: temporaryPath, directory: directory)
+        } catch {
+            throw .io(path: error.path, operation: error.operation, errno: error.errno)
         }
-        try syncDirectory()
     }
 
     // MARK: Files
@@ -122,34 +121,12 @@ public struct SessionJournal: Sendable {
         }
     }
 
-    private func writeDurably(_ bytes: [UInt8], to path: String) throws(JournalError) {
-        // 0600: the journal holds the owner's identity and the user's settings.
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw .io(path: path, operation: "open", errno: errno) }
-        var failure: JournalError?
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                failure = .io(path: path, operation: "write", errno: errno)
-                break
-            }
-            offset += n
-        }
-        if failure == nil, fsync(fd) != 0 { failure = .io(path: path, operation: "fsync", errno: errno) }
-        if close(fd) != 0, failure == nil { failure = .io(path: path, operation: "close", errno: errno) }
-        if let failure {
-            unlink(path)
-            throw failure
-        }
-    }
-
     private func syncDirectory() throws(JournalError) {
-        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw .io(path: directory, operation: "open", errno: errno) }
-        defer { close(fd) }
-        guard fsync(fd) == 0 else { throw .io(path: directory, operation: "fsync", errno: errno) }
+        do {
+            try DurableFile.syncDirectory(directory)
+        } catch {
+            throw .io(path: error.path, operation: error.operation, errno: error.errno)
+        }
     }
 
     /// Moves the corrupt journal aside and returns the error to report.
