@@ -109,9 +109,6 @@ public protocol SettingsBackend: AnyObject {
     /// to unset. Returns when the change is durable (synced).
     func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError)
 
-    /// Called after a session's settings were restored; the default does nothing.
-    func sessionDidEnd() throws(SettingsBackendError)
-
     /// Called at start-up when the journal holds no session (none, or a
     /// corrupt journal kept aside): whatever the backend still applies for a
     /// session that no journal can end goes. Returns the keys it let go of;
@@ -121,6 +118,5 @@ public protocol SettingsBackend: AnyObject {
 }
 
 extension SettingsBackend {
-    public func sessionDidEnd() throws(SettingsBackendError) {}
     public func startedWithoutSession() throws(SettingsBackendError) -> [SettingKey] { [] }
 }

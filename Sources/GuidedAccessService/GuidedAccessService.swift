@@ -352,12 +352,6 @@ public actor GuidedAccessService {
         } catch {
             throw GuidedAccessError.backendFailed("\(backend.name) backend: cannot restore the settings: \(error.message)")
         }
-        do {
-            try backend.sessionDidEnd()
-        } catch {
-            // The session's own settings are restored; only the baseline is missing.
-            logger.error("\(backend.name) backend: cannot re-impose the baseline: \(error.message)")
-        }
         let reset = registry.resetAll()
         session = nil
         deadlineTask?.cancel()
@@ -367,6 +361,7 @@ public actor GuidedAccessService {
         inhibitor.release()
         do {
             try settings.journal.record(JournalState(session: nil, restrictions: registry.restrictions))
+            journalWritten()
         } catch {
             // The settings are back; a stale journal only makes the next
             // start restore them again.
@@ -407,6 +402,7 @@ public actor GuidedAccessService {
         try settings.journal.applyJournaled(
             changes, to: backend, state: JournalState(session: new, restrictions: registry.restrictions),
             previous: previous)
+        journalWritten()
         if !change.restore.isEmpty {
             new.forgetSnapshot(of: change.restore)
             journalSoon()
@@ -434,6 +430,13 @@ public actor GuidedAccessService {
 
     static let journalRefreshDelay: Duration = .milliseconds(250)
 
+    /// Every journal write holds the session as it is in memory, without
+    /// keys given back by earlier calls: a pending refresh is then moot.
+    private func journalWritten() {
+        journalRefresh?.cancel()
+        journalRefresh = nil
+    }
+
     private func refreshJournal() {
         journalRefresh = nil
         guard let session else { return }
@@ -447,8 +450,7 @@ public actor GuidedAccessService {
     private func record(_ new: Session?) throws {
         do {
             try settings.journal.record(JournalState(session: new, restrictions: registry.restrictions))
-            journalRefresh?.cancel()
-            journalRefresh = nil
+            journalWritten()
         } catch {
             throw GuidedAccessError.backendFailed("cannot record the session: \(error)")
         }
@@ -602,6 +604,7 @@ public actor GuidedAccessService {
     private func commit(_ updated: RestrictionRegistry) throws {
         do {
             try settings.journal.record(JournalState(session: session, restrictions: updated.restrictions))
+            journalWritten()
         } catch {
             throw GuidedAccessError.backendFailed("cannot record the restrictions: \(error)")
         }
@@ -610,11 +613,10 @@ public actor GuidedAccessService {
 
     // MARK: Callers
 
-    /// The caller's identity from the bus (credentials, /proc), never from
-    /// anything the caller says.
-    /// Who is calling: the bus's credentials of the connection (cached per
-    /// unique name), and — read anew each call, as a process may exec
-    /// another program — its executable and systemd unit from /proc.
+    /// Who is calling, from the bus and /proc, never from anything the caller
+    /// says: the bus's credentials of the connection (cached per unique
+    /// name), and — read anew each call, as a process may exec another
+    /// program — its executable and systemd unit.
     private func identify(_ call: MethodCall) async throws -> BusCaller {
         let credentials: Credentials
         if let cached = credentialCache[call.sender] {
