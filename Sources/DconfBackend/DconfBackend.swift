@@ -410,10 +410,6 @@ public final class DconfBackend: SettingsBackend {
             throw SettingsBackendError(.writeFailed, "cannot sync \(path): \(error)")
         }
     }
-
-    private func fileExists(_ path: String) -> Bool {
-        access(path, F_OK) == 0
-    }
 }
 
 private func lastError() -> String { String(cString: strerror(errno)) }

@@ -18,8 +18,6 @@ final class SleepInhibitor {
         self.logger = logger
     }
 
-    var isHeld: Bool { fd != nil }
-
     func acquire(isolation: isolated (any Actor)? = #isolation) async {
         guard fd == nil, !wanted else { return }
         wanted = true
