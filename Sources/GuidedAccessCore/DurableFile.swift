@@ -62,3 +62,97 @@ public enum DurableFile {
         guard fsync(fd) == 0 else { throw FileError(path: directory, operation: "fsync", errno: errno) }
     }
 }
+
+extension DurableFile {
+    /// `replace`'s guarantee — a crash leaves the old or the new content,
+    /// never a mix — for a small file rewritten on every call (the session
+    /// journal), at about half the cost.
+    ///
+    /// The temporary file is not created anew each time: two files beside
+    /// `path`, `.NAME.slot-a` and `.NAME.slot-b`, take turns. The bytes go
+    /// into the one that `path` does not name, in place: its blocks are
+    /// allocated already, so `fdatasync` only writes the data (a new file's
+    /// fsync also writes its inode and allocation). A second name for it,
+    /// `.NAME.new`, is renamed over `path`, and the directory is fsynced. So
+    /// it is still temporary file, sync, rename, fsync of the directory.
+    ///
+    /// The content is padded with spaces and a final newline to a multiple of
+    /// 4096 bytes, so the file's size — which `fdatasync` would have to write
+    /// too — rarely changes; the format read from `path` must allow trailing
+    /// whitespace (JSON does).
+    ///
+    /// A slot is reused only while nothing but its own name links it: never
+    /// the file `path` names, nor a copy kept aside under another name (a
+    /// corrupt journal renamed away). Otherwise it is unlinked and made anew.
+    public static func replaceRecycling(
+        _ path: String, with bytes: [UInt8], mode: mode_t, directory: String
+    ) throws(FileError) {
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        let slots = ["a", "b"].map { directory + "/." + name + ".slot-" + $0 }
+        let fresh = directory + "/." + name + ".new"
+        let slot = try freeSlot(slots, besides: path)
+
+        let fd = open(slot, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw FileError(path: slot, operation: "open", errno: errno) }
+        var failure: FileError?
+        var padded = bytes
+        let size = (bytes.count + 4095) / 4096 * 4096
+        if size > padded.count {
+            padded.append(contentsOf: repeatElement(0x20, count: size - padded.count - 1))
+            padded.append(0x0A)
+        }
+        var status = stat()
+        if fstat(fd, &status) != 0 { failure = FileError(path: slot, operation: "fstat", errno: errno) }
+        var offset = 0
+        while failure == nil, offset < padded.count {
+            let n = padded.withUnsafeBytes { pwrite(fd, $0.baseAddress! + offset, $0.count - offset, off_t(offset)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                failure = FileError(path: slot, operation: "write", errno: errno)
+            } else {
+                offset += n
+            }
+        }
+        if failure == nil, status.st_size != off_t(size), ftruncate(fd, off_t(size)) != 0 {
+            failure = FileError(path: slot, operation: "ftruncate", errno: errno)
+        }
+        if failure == nil, status.st_mode & 0o7777 != mode, fchmod(fd, mode) != 0 {
+            failure = FileError(path: slot, operation: "fchmod", errno: errno)
+        }
+        if failure == nil, fdatasync(fd) != 0 { failure = FileError(path: slot, operation: "fdatasync", errno: errno) }
+        if close(fd) != 0, failure == nil { failure = FileError(path: slot, operation: "close", errno: errno) }
+        if let failure { throw failure }
+
+        // A `.new` left by a crash between link and rename is stale.
+        if unlink(fresh) != 0, errno != ENOENT { throw FileError(path: fresh, operation: "unlink", errno: errno) }
+        guard link(slot, fresh) == 0 else { throw FileError(path: fresh, operation: "link", errno: errno) }
+        guard rename(fresh, path) == 0 else {
+            let code = errno
+            unlink(fresh)
+            throw FileError(path: path, operation: "rename", errno: code)
+        }
+        try syncDirectory(directory)
+    }
+
+    /// The slot to write: one that only its own name links, or a missing one;
+    /// else one that is not `path`'s file, unlinked (its copies keep it) to
+    /// be made anew.
+    private static func freeSlot(_ slots: [String], besides path: String) throws(FileError) -> String {
+        var current = stat()
+        let pathExists = lstat(path, &current) == 0
+        var replaceable: String?
+        for slot in slots {
+            var status = stat()
+            guard lstat(slot, &status) == 0 else {
+                if errno == ENOENT { return slot }
+                throw FileError(path: slot, operation: "lstat", errno: errno)
+            }
+            let isPath = pathExists && status.st_dev == current.st_dev && status.st_ino == current.st_ino
+            if status.st_mode & S_IFMT == S_IFREG, status.st_nlink == 1 { return slot }
+            if !isPath, replaceable == nil { replaceable = slot }
+        }
+        let slot = replaceable ?? slots[1]
+        guard unlink(slot) == 0 || errno == ENOENT else { throw FileError(path: slot, operation: "unlink", errno: errno) }
+        return slot
+    }
+}

@@ -49,7 +49,7 @@ public struct SessionJournal: Sendable {
 
     public let directory: String
     public var path: String { directory + "/" + Self.fileName }
-    private var temporaryPath: String { directory + "/" + Self.fileName + ".tmp" }
+    private var legacyTemporaryPath: String { directory + "/" + Self.fileName + ".tmp" }
 
     public init(directory: String) {
         self.directory = directory
@@ -82,18 +82,21 @@ public struct SessionJournal: Sendable {
         }
     }
 
-    /// Replaces the journal with `state`: temporary file in the same
-    /// directory, fsync, rename over, fsync the directory. Returns when the
-    /// new state is durable.
+    /// Replaces the journal with `state`: a temporary file in the same
+    /// directory (one of two recycled ones), fdatasync, rename over, fsync
+    /// the directory (`DurableFile.replaceRecycling`). Returns when the new
+    /// state is durable.
     public func record(_ state: JournalState) throws(JournalError) {
         let data = Array(JournalRecord(state).json().serialized().utf8)
         // One level only: the parent is the state directory's business (systemd's StateDirectory=).
         if mkdir(directory, 0o700) != 0, errno != EEXIST {
             throw .io(path: directory, operation: "mkdir", errno: errno)
         }
+        // Earlier versions wrote `journal.json.tmp`; one a crash left is stale.
+        unlink(legacyTemporaryPath)
         do {
             // 0600: the journal holds the owner's identity and the user's settings.
-            try DurableFile.replace(path, with: data, mode: 0o600, temporary: temporaryPath, directory: directory)
+            try DurableFile.replaceRecycling(path, with: data, mode: 0o600, directory: directory)
         } catch {
             throw .io(path: error.path, operation: error.operation, errno: error.errno)
         }

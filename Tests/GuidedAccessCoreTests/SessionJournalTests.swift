@@ -16,6 +16,8 @@ import Testing
             path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
         }
         var files: [String] { (try? FileManager.default.contentsOfDirectory(atPath: path))?.sorted() ?? [] }
+        /// Without the journal's recycled dot files (`.journal.json.slot-a`, …).
+        var visibleFiles: [String] { files.filter { !$0.hasPrefix(".") } }
         func write(_ text: String, to name: String) {
             _ = FileManager.default.createFile(atPath: path + "/" + name, contents: Data(text.utf8))
         }
@@ -65,10 +67,11 @@ import Testing
         #expect(try journal.load()?.session?.owner == nil)
     }
 
-    @Test func recordingLeavesOnlyTheJournalBehind() throws {
+    @Test func recordingLeavesOnlyTheJournalAndItsTwoSlotsBehind() throws {
         try journal.record(sampleState)
         try journal.record(JournalState(session: nil, restrictions: []))
-        #expect(directory.files == ["journal.json"])
+        try journal.record(sampleState)
+        #expect(directory.files == [".journal.json.slot-a", ".journal.json.slot-b", "journal.json"])
     }
 
     @Test func theJournalCarriesAVersion() throws {
@@ -85,8 +88,8 @@ import Testing
             return
         }
         #expect(movedTo.hasPrefix(directory.path + "/journal.corrupt-"))
-        #expect(directory.files.count == 1)
-        #expect(directory.files.first?.hasPrefix("journal.corrupt-") == true)
+        #expect(directory.visibleFiles.count == 1)
+        #expect(directory.visibleFiles.first?.hasPrefix("journal.corrupt-") == true)
         #expect(directory.read(String(movedTo.dropFirst(directory.path.count + 1))) == "{ not json")
         #expect(try journal.load() == nil)
     }
@@ -96,7 +99,7 @@ import Testing
         let text = directory.read("journal.json")!.replacing("\"zoom\"", with: "\"warp\"")
         directory.write(text, to: "journal.json")
         #expect(throws: JournalError.self) { try journal.load() }
-        #expect(directory.files.allSatisfy { $0.hasPrefix("journal.corrupt-") })
+        #expect(directory.visibleFiles.allSatisfy { $0.hasPrefix("journal.corrupt-") })
     }
 
     @Test func aJournalFromANewerVersionIsLeftInPlace() throws {
@@ -107,8 +110,98 @@ import Testing
 
     @Test func aStaleTemporaryFileFromACrashIsReplaced() throws {
         directory.write("half-written", to: "journal.json.tmp")
+        directory.write("half-linked", to: ".journal.json.new")
         try journal.record(sampleState)
-        #expect(directory.files == ["journal.json"])
+        #expect(directory.files == [".journal.json.slot-a", "journal.json"])
+        #expect(try journal.load() == sampleState)
+    }
+}
+
+@Suite struct RecyclingReplaceTests {
+    let directory = SessionJournalTests.TemporaryDirectory()
+    var path: String { directory.path + "/state" }
+
+    func replace(_ text: String) throws {
+        try DurableFile.replaceRecycling(path, with: Array(text.utf8), mode: 0o600, directory: directory.path)
+    }
+
+    func status(_ name: String) -> stat? {
+        var result = stat()
+        return lstat(directory.path + "/" + name, &result) == 0 ? result : nil
+    }
+
+    func sameFile(_ a: String, _ b: String) -> Bool {
+        guard let x = status(a), let y = status(b) else { return false }
+        return x.st_ino == y.st_ino && x.st_dev == y.st_dev
+    }
+
+    @Test func theTwoSlotsTakeTurnsAndThePathNamesTheNewest() throws {
+        try replace("one")
+        #expect(sameFile("state", ".state.slot-a"))
+        try replace("two")
+        #expect(sameFile("state", ".state.slot-b"))
+        #expect(status(".state.slot-a")?.st_nlink == 1)
+        try replace("three")
+        #expect(sameFile("state", ".state.slot-a"))
+        #expect(directory.read("state")?.hasPrefix("three ") == true)
+        #expect(directory.files == [".state.slot-a", ".state.slot-b", "state"])
+    }
+
+    @Test func theContentIsPaddedWithWhitespaceToWholeBlocks() throws {
+        try replace("{}")
+        let text = directory.read("state")!
+        #expect(text.utf8.count == 4096)
+        #expect(text.hasPrefix("{} ") && text.hasSuffix(" \n"))
+        #expect(text.dropFirst(2).allSatisfy { $0 == " " || $0 == "\n" })
+        let long = String(repeating: "x", count: 5000)
+        try replace(long)
+        #expect(directory.read("state")?.utf8.count == 8192)
+        try replace("short")
+        try replace("short again")  // back in the slot that held 8192 bytes
+        #expect(directory.read("state")?.utf8.count == 4096)
+        #expect(directory.read("state")?.hasPrefix("short again ") == true)
+    }
+
+    @Test func aFileKeptAsideUnderAnotherNameIsNeverWrittenAgain() throws {
+        try replace("good")
+        try replace("corrupt")
+        // As the journal's moveAside does: the bad file leaves under another name.
+        #expect(rename(path, directory.path + "/kept") == 0)
+        for text in ["after 1", "after 2", "after 3"] { try replace(text) }
+        #expect(directory.read("kept")?.hasPrefix("corrupt ") == true)
+        #expect(directory.read("state")?.hasPrefix("after 3 ") == true)
+        #expect(!sameFile("kept", ".state.slot-a") && !sameFile("kept", ".state.slot-b"))
+    }
+
+    @Test func aFileWrittenInPlaceThroughThePathIsNotReused() throws {
+        try replace("one")
+        try replace("two")
+        // Someone rewrites the current file through its name (same inode, linked twice).
+        let fd = open(path, O_WRONLY | O_TRUNC)
+        #expect(fd >= 0)
+        close(fd)
+        try replace("three")
+        try replace("four")
+        #expect(directory.read("state")?.hasPrefix("four ") == true)
+        #expect(directory.files == [".state.slot-a", ".state.slot-b", "state"])
+    }
+
+    @Test func theModeIsSetWhateverTheUmask() throws {
+        let old = umask(0o077)
+        defer { umask(old) }
+        try replace("x")
+        _ = umask(0)
+        try DurableFile.replaceRecycling(path, with: Array("y".utf8), mode: 0o640, directory: directory.path)
+        #expect(status("state").map { $0.st_mode & 0o7777 } == 0o640)
+    }
+
+    @Test func aFailureLeavesThePathAsItWas() throws {
+        try replace("kept")
+        // A directory where the next slot would be: it can be neither opened nor unlinked.
+        #expect(mkdir(directory.path + "/.state.slot-b", 0o700) == 0)
+        #expect(mkdir(directory.path + "/.state.slot-b/x", 0o700) == 0)
+        #expect(throws: FileError.self) { try replace("lost") }
+        #expect(directory.read("state")?.hasPrefix("kept ") == true)
     }
 }
 
