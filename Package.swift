@@ -44,7 +44,7 @@ let package = Package(
         .target(name: "GuidedAccessCore"),
 
         // User mode: the mapped keys in the user's own GSettings (dconf).
-        .target(name: "GSettingsBackend", dependencies: ["CDconf", "CGio", "GuidedAccessCore"]),
+        .target(name: "GSettingsBackend", dependencies: ["CDBus", "CDconf", "CGio", "GuidedAccessCore"]),
         // Runs GSettingsBackend in its own process, so tests can give GLib a
         // private bus and config dirs before it reads its environment.
         .executableTarget(name: "gsettings-backend-probe", dependencies: ["GSettingsBackend"]),

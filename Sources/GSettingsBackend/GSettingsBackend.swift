@@ -7,10 +7,12 @@ import GuidedAccessCore
 ///
 /// Two ways to the store, chosen once from the environment as GLib would:
 /// - **dconf** (GLib's default backend on GNOME; `GSETTINGS_BACKEND` unset or
-///   `dconf`): a libdconf client writes all changes of a call — keys of several
-///   schemas — as one change set, which dconf-service writes to disk in one go
-///   (one write and fsync instead of one per schema), and reports failures.
-///   Readers never see half of a change (invert-colors' two schemas).
+///   `dconf`): all changes of a call — keys of several schemas — go to
+///   dconf-service as one change set, which it writes to disk in one go (one
+///   write and fsync instead of one per schema), and reports failures.
+///   Readers never see half of a change (invert-colors' two schemas). The
+///   change set is sent by `DconfWriter` over libdbus (libdconf through GDBus
+///   for unusual profiles); values are read through libdconf.
 /// - **gsettings** (any other `GSETTINGS_BACKEND`, e.g. `keyfile`): GSettings
 ///   objects in delay mode, one apply per schema, then `g_settings_sync`.
 /// The keys and values are the same either way: the dconf path of a key is
@@ -122,7 +124,8 @@ public final class GSettingsBackend: SettingsBackend {
 
     // MARK: The dconf store
 
-    /// One change set for every key, written by dconf-service before the call returns.
+    /// One change set for every key, written by dconf-service before the call
+    /// returns: through `DconfWriter` for the usual profile, else libdconf.
     private func writeChangeSet(_ sorted: [(key: SettingKey, value: SettingValue?)]) throws(SettingsBackendError) {
         let changeset = dconf_changeset_new()!
         defer { dconf_changeset_unref(changeset) }
@@ -136,14 +139,38 @@ public final class GSettingsBackend: SettingsBackend {
                 dconf_changeset_set(changeset, path, nil)
             }
         }
-        var error: UnsafeMutablePointer<GError>? = nil
-        guard dconf_client_change_sync(client(), changeset, nil, nil, &error) != 0 else {
-            let message = error.map { String(cString: $0.pointee.message) } ?? "unknown error"
-            g_clear_error(&error)
+        let failure: String?
+        if let writer {
+            do {
+                try writer.change(changeset)
+                failure = nil
+            } catch {
+                failure = error.message
+            }
+        } else {
+            var error: UnsafeMutablePointer<GError>? = nil
+            if dconf_client_change_sync(client(), changeset, nil, nil, &error) != 0 {
+                failure = nil
+            } else {
+                failure = "dconf: " + (error.map { String(cString: $0.pointee.message) } ?? "unknown error")
+                g_clear_error(&error)
+            }
+        }
+        if let failure {
             let changes = sorted.map { "\($0.key) \($0.value.map { "\($0)" } ?? "reset")" }.joined(separator: ", ")
-            throw SettingsBackendError(.writeFailed, "\(changes) could not be written: dconf: \(message)")
+            throw SettingsBackendError(.writeFailed, "\(changes) could not be written: \(failure)")
         }
     }
+
+    /// The dconf writer object the dconf store sends its change sets to over
+    /// libdbus, or nil when libdconf writes (another store, or a profile whose
+    /// first database is not a user database). For logs and tests.
+    public var dconfWriterPath: String? { store == .dconf ? writer?.objectPath : nil }
+
+    /// dconf-service's Change over a libdbus connection of our own when the
+    /// profile's first database is a user database (nearly always); else nil,
+    /// and libdconf writes through GDBus.
+    private lazy var writer: DconfWriter? = DconfWriter.writerPath().map(DconfWriter.init)
 
     /// The libdconf client; created inside `withContext`, so its change
     /// notifications go to the private context.

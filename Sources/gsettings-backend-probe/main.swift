@@ -12,6 +12,8 @@
 //   time-set SCHEMA KEY VALUE N    → N applies of one value: `p50 … p90 … max …` in µs
 //   time-toggle SCHEMA KEY BOOL N  → the same, the boolean flipped each time
 //   store                          → the store in use: dconf or gsettings
+//   writer                         → the dconf writer's object path, or `libdconf`
+//   threads                        → this process's thread names (/proc/self/task/*/comm), sorted
 //   memory                         → VmRSS and RssAnon of this process, from /proc/self/status
 // GUIDEDACCESS_PROBE_STORE=dconf|gsettings picks the backend's store (default:
 // what GSETTINGS_BACKEND implies, as in the service).
@@ -115,6 +117,23 @@ for command in CommandLine.arguments.dropFirst() {
         }
     case "store":
         print(backend.store.rawValue)
+    case "writer":
+        print(backend.dconfWriterPath ?? "libdconf")
+    case "threads":
+        var names: [String] = []
+        if let dir = opendir("/proc/self/task") {
+            while let entry = readdir(dir) {
+                let tid = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+                guard tid.first?.isNumber == true, let file = fopen("/proc/self/task/\(tid)/comm", "r") else { continue }
+                var buffer = [CChar](repeating: 0, count: 64)
+                if fgets(&buffer, Int32(buffer.count), file) != nil {
+                    names.append(buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }.filter { $0 != "\n" })
+                }
+                fclose(file)
+            }
+            closedir(dir)
+        }
+        print(names.sorted().joined(separator: " "))
     case "memory":
         var lines: [String] = []
         if let status = fopen("/proc/self/status", "r") {

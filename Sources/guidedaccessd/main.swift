@@ -125,7 +125,11 @@ func serve(
 ) async -> Int32 {
     let backend: any SettingsBackend
     switch configuration.backend {
-    case .gsettings: backend = GSettingsBackend()
+    case .gsettings:
+        let gsettings = GSettingsBackend()
+        let writer = gsettings.dconfWriterPath.map { "dconf change sets to \($0) over libdbus" } ?? "libdconf or GSettings writes"
+        logger.info("gsettings backend: \(gsettings.store.rawValue) store, \(writer)")
+        backend = gsettings
     case .memory: backend = MemorySettingsBackend()
     case .dconf:
         do {

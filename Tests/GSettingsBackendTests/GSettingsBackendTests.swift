@@ -1,5 +1,5 @@
 import Foundation
-import GSettingsBackend
+@testable import GSettingsBackend
 import GuidedAccessCore
 import Testing
 
@@ -192,6 +192,61 @@ let interface = "org.gnome.desktop.interface"
             extra: ["DBUS_SESSION_BUS_ADDRESS": "unix:path=\(dconf.root)/no-bus"])
         #expect(lines.count == 1)
         #expect(lines.first?.hasPrefix("error writeFailed: org.gnome.desktop.a11y.magnifier mag-factor 4.0") == true)
+    }
+}
+
+/// The dconf store's writes: over libdbus to the writer of the profile's
+/// user database, found as libdconf finds its profile; libdconf otherwise.
+@Suite struct DconfWriterChoice {
+    @Test func theDefaultProfileWritesToTheUserDatabaseWithoutGDBus() throws {
+        let dconf = try PrivateDconf(store: .dconf)
+        let lines = try dconf.probe("writer", "set \(magnifier) mag-factor 2.5", "threads")
+        #expect(lines.prefix(2) == ["/ca/desrt/dconf/Writer/user", "ok"])
+        // GDBus would have started its worker thread, "gdbus".
+        #expect(lines.last?.split(separator: " ").contains("gdbus") == false, "\(lines)")
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/mag-factor") == "2.5")
+    }
+
+    @Test func aProfileNamingAnotherUserDatabaseWritesThere() throws {
+        let dconf = try PrivateDconf(store: .dconf)
+        let profile = dconf.root + "/kiosk.profile"
+        try "# a kiosk\n\n  user-db:kiosk   # ours\nsystem-db:local\n".write(toFile: profile, atomically: true, encoding: .utf8)
+        let env = ["DCONF_PROFILE": profile]
+        #expect(try dconf.probe("writer", "set \(magnifier) mag-factor 3.25", "get \(magnifier) mag-factor", extra: env)
+            == ["/ca/desrt/dconf/Writer/kiosk", "ok", "3.25"])
+        #expect(try dconf.run("/usr/bin/dconf", ["read", "/org/gnome/desktop/a11y/magnifier/mag-factor"], extra: env).stdout == "3.25\n")
+        #expect(FileManager.default.fileExists(atPath: dconf.root + "/config/dconf/kiosk"))
+        #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/mag-factor") == "")
+    }
+
+    @Test func theRuntimeProfileCountsWhenDconfProfileIsUnset() throws {
+        let dconf = try PrivateDconf(store: .dconf)
+        try FileManager.default.createDirectory(atPath: dconf.root + "/runtime/dconf", withIntermediateDirectories: true)
+        try "user-db:runtime\n".write(toFile: dconf.root + "/runtime/dconf/profile", atomically: true, encoding: .utf8)
+        #expect(try dconf.probe("writer", "set \(magnifier) invert-lightness true") == ["/ca/desrt/dconf/Writer/runtime", "ok"])
+        #expect(FileManager.default.fileExists(atPath: dconf.root + "/config/dconf/runtime"))
+    }
+
+    @Test func aProfileNotStartingWithAUserDatabaseLeavesTheWritesToLibdconf() throws {
+        let dconf = try PrivateDconf(store: .dconf)
+        let profile = dconf.root + "/service.profile"
+        try "service-db:other\nuser-db:user\n".write(toFile: profile, atomically: true, encoding: .utf8)
+        #expect(try dconf.probe("writer", extra: ["DCONF_PROFILE": profile]) == ["libdconf"])
+        #expect(try dconf.probe("writer", extra: ["DCONF_PROFILE": dconf.root + "/missing.profile"]) == ["libdconf"])
+        #expect(try dconf.probe("writer", extra: ["GUIDEDACCESS_PROBE_STORE": "gsettings"]) == ["libdconf"])
+    }
+
+    @Test(arguments: [
+        ("user-db:user", "/ca/desrt/dconf/Writer/user"),
+        ("\t user-db:my_db2 \t# comment\nsystem-db:x", "/ca/desrt/dconf/Writer/my_db2"),
+        ("# only comments\n\nnonsense\nweird-db:x\nuser-db:\nuser-db:second", "/ca/desrt/dconf/Writer/second"),
+        ("system-db:local\nuser-db:user", nil),
+        ("file-db:/etc/x\nuser-db:user", nil),
+        ("user-db:bad-name", nil),
+        ("", nil),
+    ] as [(String, String?)])
+    func theWriterIsTheFirstDatabaseDconfAccepts(profile: String, writer: String?) {
+        #expect(DconfWriter.firstUserDatabase(profile) == writer)
     }
 }
 
