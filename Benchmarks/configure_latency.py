@@ -3,7 +3,8 @@
 
   configure_latency.py configure --address ADDR [--count N] [--feature F]
       One connection: StartSession, then N ConfigureForSession([F], on/off)
-      calls alternating on and off, each timed with time.perf_counter, then
+      calls alternating on and off, each timed with time.perf_counter (with
+      --interval MS, MS apart: isolated calls, not back to back), then
       EndSession. Also times N Properties.Get(Version) calls on the same
       connection as the floor (client + bus + dispatch, no work).
       Prints one line: `configure p50=… p90=… max=… get_p50=… (ms)`.
@@ -14,10 +15,10 @@
       from just before Popen to that reply. Stops the daemon (SIGTERM) and
       waits for its exit before the next run. Prints `first-reply ms=a,b,…`.
 
-  configure_latency.py fsync --dir DIR [--count N]
-      The journal's write pattern without the service: write a small file,
-      fsync it, rename it over the old one, fsync the directory; N times.
-      Prints `fsync n=… p50=… p90=… max=… (ms)`: the floor of a journaled call.
+  configure_latency.py fsync --dir DIR [--count N] [--pattern classic|recycled] [--interval MS]
+      The journal's write pattern without the service (see fsync_pattern), N
+      times, back to back or MS apart. Prints `fsync n=… p50=… p90=… max=… (ms)`:
+      the floor of a journaled call.
 """
 
 import argparse
@@ -42,6 +43,15 @@ def percentile(values, p):
     return ordered[index]
 
 
+def pause(seconds, spin):
+    if not spin:
+        time.sleep(seconds)
+        return
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def call(bus, method, signature, args, iface=IFACE):
     return bus.call_blocking(NAME, PATH, iface, method, signature, args, timeout=25.0)
 
@@ -57,6 +67,8 @@ def configure(options):
             call(bus, "ConfigureForSession", "asb", [[options.feature], False])
         times = []
         for i in range(options.count):
+            if options.interval:
+                pause(options.interval / 1000.0, options.spin)
             start = time.perf_counter()
             call(bus, "ConfigureForSession", "asb", [[options.feature], i % 2 == 0])
             times.append((time.perf_counter() - start) * 1000.0)
@@ -117,23 +129,46 @@ def first_reply(options):
 
 
 def fsync_pattern(options):
+    """The journal's write without the service. classic: a new temporary file,
+    fsync, rename over, fsync the directory. recycled (what guidedaccessd
+    does, DurableFile.replaceRecycling): the content padded to 4096 bytes
+    into the one of two kept files the journal does not name, fdatasync, a
+    second name for it renamed over the journal, fsync the directory."""
     path = os.path.join(options.dir, "journal.json")
     temporary = path + ".tmp"
     payload = b"{\n" + b"  \"x\" : 1,\n" * 40 + b"}\n"
+    slots = [os.path.join(options.dir, ".journal.json.slot-" + s) for s in "ab"]
+    fresh = os.path.join(options.dir, ".journal.json.new")
+    padded = payload + b" " * (4095 - len(payload)) + b"\n"
+    if options.pattern == "recycled":
+        for slot in slots:
+            fd = os.open(slot, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            os.write(fd, padded)
+            os.fsync(fd)
+            os.close(fd)
     times = []
-    dirfd = os.open(options.dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(options.count):
-            start = time.perf_counter()
+    for i in range(options.count):
+        if options.interval:
+            time.sleep(options.interval / 1000.0)
+        start = time.perf_counter()
+        if options.pattern == "recycled":
+            slot = slots[i % 2]
+            fd = os.open(slot, os.O_WRONLY | os.O_CLOEXEC)
+            os.pwrite(fd, padded, 0)
+            os.fdatasync(fd)
+            os.close(fd)
+            os.link(slot, fresh)
+            os.rename(fresh, path)
+        else:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             os.write(fd, payload)
             os.fsync(fd)
             os.close(fd)
             os.rename(temporary, path)
-            os.fsync(dirfd)
-            times.append((time.perf_counter() - start) * 1000.0)
-    finally:
+        dirfd = os.open(options.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        os.fsync(dirfd)
         os.close(dirfd)
+        times.append((time.perf_counter() - start) * 1000.0)
     print("fsync n=%d p50=%.3f p90=%.3f max=%.3f (ms)"
           % (len(times), percentile(times, 50), percentile(times, 90), max(times)))
 
@@ -146,6 +181,9 @@ def main():
     c.add_argument("--count", type=int, default=400)
     c.add_argument("--warmup", type=int, default=10)
     c.add_argument("--feature", default="invert-colors")
+    c.add_argument("--interval", type=float, default=0.0,
+                   help="ms to wait before each timed call (isolated calls, not back to back)")
+    c.add_argument("--spin", action="store_true", help="wait --interval by spinning, not sleeping")
     f = sub.add_parser("first-reply")
     f.add_argument("--address", required=True)
     f.add_argument("--runs", type=int, default=5)
@@ -155,6 +193,8 @@ def main():
     s = sub.add_parser("fsync")
     s.add_argument("--dir", required=True)
     s.add_argument("--count", type=int, default=200)
+    s.add_argument("--pattern", choices=["classic", "recycled"], default="recycled")
+    s.add_argument("--interval", type=float, default=0.0, help="ms to sleep before each write")
     options = parser.parse_args()
     if options.what == "configure":
         configure(options)
