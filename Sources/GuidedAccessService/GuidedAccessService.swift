@@ -50,6 +50,9 @@ public actor GuidedAccessService {
     let logger: Logger
 
     var session: Session?
+    /// One more for every session begun or resumed from the journal: which
+    /// session a call was admitted for (`requireSameSession`).
+    var sessionGeneration: UInt64 = 0
     var registry = RestrictionRegistry()
     var deadlineTask: Task<Void, Never>?
     var ownerWatch: SubscriptionToken?
@@ -119,6 +122,7 @@ public actor GuidedAccessService {
             }
         }
         session = recovered
+        sessionGeneration &+= 1
         logger.notice(
             "resumed the session of \(recovered.ownerIdentity) from the journal: features \(recovered.features.sortedWireNames)"
         )
@@ -273,6 +277,7 @@ public actor GuidedAccessService {
             let change = keyMap.change(from: [], to: new.features, options: new.keyMapOptions)
             try write(change, into: &new)
             session = new
+            sessionGeneration &+= 1
             logger.notice(
                 "session started by \(caller.uniqueName) (\(caller.identity.ownerIdentity)), features \(new.features.sortedWireNames)")
             settings.audit.record(
@@ -301,7 +306,9 @@ public actor GuidedAccessService {
         let caller = try await identify(call)
         try await admit(settings.policy.admission(for: .configureForSession, session: session, caller: caller), call)
         let decision = try Session.decide(.configureForSession, session: session, caller: caller)
+        let generation = sessionGeneration
         if decision == .takeOver { try await takeOver(by: caller) }
+        try requireSameSession(generation)
         guard var new = session else { throw GuidedAccessError.notInSession("no session is active") }
 
         let features = enabled ? new.features.union(requested) : new.features.subtracting(requested)
@@ -326,7 +333,9 @@ public actor GuidedAccessService {
         let admission = settings.policy.admission(for: .endSession, session: session, caller: caller)
         try await admit(admission, call)
         var reason = "ended"
-        switch try Session.decide(.endSession, session: session, caller: caller) {
+        let decision = try Session.decide(.endSession, session: session, caller: caller)
+        let generation = sessionGeneration
+        switch decision {
         case .needsOperator:
             // Polkit already granted end-session if admission asked it.
             if admission == .admitted, !settings.policy.isOperator(caller.identity) {
@@ -340,7 +349,18 @@ public actor GuidedAccessService {
         case .asOwner, .start:
             break
         }
+        try requireSameSession(generation)
         try await endSession(reason: reason, by: caller)
+    }
+
+    /// A call decides on the session as it is, then may wait (polkit, a
+    /// take-over's bus calls) while other calls run: the session it was
+    /// admitted for may have ended meanwhile, and another — perhaps of
+    /// another owner — begun. It must not act on that one.
+    private func requireSameSession(_ generation: UInt64) throws {
+        guard session != nil, sessionGeneration == generation else {
+            throw GuidedAccessError.notInSession("the session ended while this call waited")
+        }
     }
 
     /// Puts every written key back, resets the restrictions, forgets the
@@ -356,9 +376,11 @@ public actor GuidedAccessService {
         session = nil
         deadlineTask?.cancel()
         deadlineTask = nil
-        if let ownerWatch { await connection.unsubscribe(ownerWatch) }
+        let watch = ownerWatch
         ownerWatch = nil
         inhibitor.release()
+        // Journaled before the first await: a call that runs meanwhile (a
+        // new session's start) journals after this, never before it.
         do {
             try settings.journal.record(JournalState(session: nil, restrictions: registry.restrictions))
             journalWritten()
@@ -371,6 +393,7 @@ public actor GuidedAccessService {
         settings.audit.record(
             .sessionEnded, caller: endedBy?.identity, "guided access session ended (\(reason))",
             fields: ["REASON": reason, "RESTORED_KEYS": String(ending.snapshot.count)])
+        if let watch { await connection.unsubscribe(watch) }
         for identifier in reset { await emit("RestrictionChanged", [.string(identifier), .string("allow")]) }
         await announce()
         await emit("SessionChanged", [.bool(false), .string(reason)])
@@ -474,13 +497,22 @@ public actor GuidedAccessService {
     /// Follows the owner's connection through NameOwnerChanged; a signal,
     /// not polling.
     private func watchOwner(_ owner: String) async {
-        if let ownerWatch { await connection.unsubscribe(ownerWatch) }
-        ownerWatch = nil
+        if let old = ownerWatch {
+            ownerWatch = nil
+            await connection.unsubscribe(old)
+        }
         do {
-            ownerWatch = try await connection.subscribe(.nameOwnerChanged(for: owner)) { [self] message in
+            let watch = try await connection.subscribe(.nameOwnerChanged(for: owner)) { [self] message in
                 guard case .string(let newOwner)? = try? message.arguments().last, newOwner.isEmpty else { return }
                 Task(executorPreference: connection.loop) { await self.ownerLeft(owner) }
             }
+            // Other calls ran while this waited: the session may have ended,
+            // changed hands, or had its owner watched by a later call.
+            guard session?.owner == owner, ownerWatch == nil else {
+                await connection.unsubscribe(watch)
+                return
+            }
+            ownerWatch = watch
             // It may have left before the match was in place.
             if (try? await connection.nameOwner(owner)) != owner { await ownerLeft(owner) }
         } catch {
@@ -493,8 +525,9 @@ public actor GuidedAccessService {
         session = current
         logger.notice("the session owner \(owner) left the bus; the session stays for its successor")
         try? record(current)
-        if let ownerWatch { await connection.unsubscribe(ownerWatch) }
+        let watch = ownerWatch
         ownerWatch = nil
+        if let watch { await connection.unsubscribe(watch) }
         await announce()
     }
 

@@ -8,9 +8,11 @@ import os
 import random
 import time
 
+import dbus
+
 from gadaemon import (
     assert_keys,
-    A11Y_APPS, DESKTOP_IFACE, KEY_PATHS, MAGNIFIER, Recorder, busctl_options, expected_values, kill_loop,
+    A11Y_APPS, DESKTOP_IFACE, KEY_PATHS, MAGNIFIER, Recorder, busctl_options, expected_values, kill_loop, pump,
 )
 
 UNSET = {path: None for path in KEY_PATHS}
@@ -54,6 +56,30 @@ def test_end_session_after_kill_9_restores_every_key(ga_env, gad):
     baseline = ga_env.snapshot()
     session_with_three_features_then_kill9(ga_env, gad)
     ok(ga_env.busctl_call("EndSession"))
+    assert_keys(ga_env.snapshot(), baseline)
+
+
+def test_a_start_run_while_an_end_waits_for_the_bus_is_journaled_and_survives_kill_9(ga_env, gad):
+    # EndSession's last steps wait for the bus (the owner's match rule goes);
+    # a StartSession queued behind it runs meanwhile. The end must not journal
+    # "no session" over the new session's record: after kill -9 the new session
+    # is back, and its end restores every key.
+    ga_env.gsettings_set(MAGNIFIER, "mag-factor", "3.0")
+    baseline = ga_env.snapshot()
+    rec = Recorder(ga_env)
+    rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["invert-colors"], signature="s")},))
+    rec.clear()
+    rec.call_async("EndSession")
+    rec.call_async("StartSession", "a{sv}", ({"features": dbus.Array(["screen-reader", "zoom"], signature="s")},))
+    replies = lambda: [e[:2] for e in rec.events if e[0] in ("reply", "error")]  # noqa: E731
+    assert pump(lambda: len(replies()) == 2, 10), rec.events
+    assert replies() == [("reply", "EndSession"), ("reply", "StartSession")], rec.events
+    on = ga_env.snapshot()
+    assert_keys(on, {**baseline, **expected_values(["screen-reader", "zoom"])})
+    gad.restart_after_kill9()
+    assert (rec.prop("SessionActive"), rec.prop("EnabledFeatures")) == (True, ["screen-reader", "zoom"])
+    assert_keys(ga_env.snapshot(), on)
+    rec.call("EndSession")
     assert_keys(ga_env.snapshot(), baseline)
 
 
