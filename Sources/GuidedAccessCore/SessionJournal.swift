@@ -102,6 +102,15 @@ public struct SessionJournal: Sendable {
         }
     }
 
+    /// Removes the journal, durably: the next start finds none. For when
+    /// writing it failed and a stale one would be worse than none.
+    public func discard() throws(JournalError) {
+        guard unlink(path) == 0 || errno == ENOENT else {
+            throw .io(path: path, operation: "unlink", errno: errno)
+        }
+        try syncDirectory()
+    }
+
     // MARK: Files
 
     private func readFile(_ path: String) throws(JournalError) -> [UInt8]? {

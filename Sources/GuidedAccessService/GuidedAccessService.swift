@@ -270,7 +270,9 @@ public actor GuidedAccessService {
 
         switch try Session.decide(method, session: session, caller: caller) {
         case .takeOver:
+            let generation = sessionGeneration
             try await takeOver(by: caller)
+            guard isCurrent(generation) else { return }  // ended meanwhile: its end was announced
             await emit("SessionChanged", [.bool(true), .string("resumed")])
         case .start:
             var new = Session(owner: caller, options: options, nowUsec: Self.nowUsec())
@@ -278,6 +280,7 @@ public actor GuidedAccessService {
             try write(change, into: &new)
             session = new
             sessionGeneration &+= 1
+            let generation = sessionGeneration
             logger.notice(
                 "session started by \(caller.uniqueName) (\(caller.identity.ownerIdentity)), features \(new.features.sortedWireNames)")
             settings.audit.record(
@@ -286,11 +289,16 @@ public actor GuidedAccessService {
                     "OWNER": caller.uniqueName, "FEATURES": new.features.sortedWireNames.joined(separator: " "),
                     "DEADLINE_USEC": String(new.deadlineUsec),
                 ])
-            await watchOwner(caller.uniqueName)
             scheduleDeadline()
-            if new.inhibitSleep { await inhibitor.acquire() }
+            // Announced before the first wait for the bus; after each wait,
+            // nothing more if the session ended meanwhile (an EndSession
+            // queued behind this one): no "started" after "ended", no sleep
+            // inhibitor for a session that is gone.
             await announce()
             await emit("SessionChanged", [.bool(true), .string("started")])
+            await watchOwner(caller.uniqueName)
+            guard isCurrent(generation) else { return }
+            if new.inhibitSleep { await inhibitor.acquire() }
         case .asOwner, .needsOperator:
             throw GuidedAccessError.sessionBusy("a session is active")
         }
@@ -304,9 +312,10 @@ public actor GuidedAccessService {
         if enabled { try Feature.requireSupported(requested, supported: supported) }
 
         let caller = try await identify(call)
-        try await admit(settings.policy.admission(for: .configureForSession, session: session, caller: caller), call)
-        let decision = try Session.decide(.configureForSession, session: session, caller: caller)
         let generation = sessionGeneration
+        try await admit(settings.policy.admission(for: .configureForSession, session: session, caller: caller), call)
+        try requireSameSession(generation, orNone: true)
+        let decision = try Session.decide(.configureForSession, session: session, caller: caller)
         if decision == .takeOver { try await takeOver(by: caller) }
         try requireSameSession(generation)
         guard var new = session else { throw GuidedAccessError.notInSession("no session is active") }
@@ -330,11 +339,12 @@ public actor GuidedAccessService {
 
     func endSessionCall(_ call: MethodCall) async throws {
         let caller = try await identify(call)
+        let generation = sessionGeneration
         let admission = settings.policy.admission(for: .endSession, session: session, caller: caller)
         try await admit(admission, call)
         var reason = "ended"
+        try requireSameSession(generation, orNone: true)
         let decision = try Session.decide(.endSession, session: session, caller: caller)
-        let generation = sessionGeneration
         switch decision {
         case .needsOperator:
             // Polkit already granted end-session if admission asked it.
@@ -353,14 +363,22 @@ public actor GuidedAccessService {
         try await endSession(reason: reason, by: caller)
     }
 
-    /// A call decides on the session as it is, then may wait (polkit, a
-    /// take-over's bus calls) while other calls run: the session it was
-    /// admitted for may have ended meanwhile, and another — perhaps of
+    /// A call is admitted for the session there is once its caller is known,
+    /// then may wait (polkit, a take-over's bus calls) while other calls run:
+    /// that session may have ended meanwhile, and another — perhaps of
     /// another owner — begun. It must not act on that one.
-    private func requireSameSession(_ generation: UInt64) throws {
-        guard session != nil, sessionGeneration == generation else {
+    ///
+    /// `orNone`: also passes when there is no session at all (the call's own
+    /// checks then report NotInSession as the spec orders the errors).
+    private func requireSameSession(_ generation: UInt64, orNone: Bool = false) throws {
+        if orNone, session == nil { return }
+        guard isCurrent(generation) else {
             throw GuidedAccessError.notInSession("the session ended while this call waited")
         }
+    }
+
+    private func isCurrent(_ generation: UInt64) -> Bool {
+        session != nil && sessionGeneration == generation
     }
 
     /// Puts every written key back, resets the restrictions, forgets the
@@ -385,18 +403,27 @@ public actor GuidedAccessService {
             try settings.journal.record(JournalState(session: nil, restrictions: registry.restrictions))
             journalWritten()
         } catch {
-            // The settings are back; a stale journal only makes the next
-            // start restore them again.
-            logger.error("cannot record the end of the session: \(error)")
+            // The settings are back, but a journal that still holds the
+            // session would bring it back at the next start. Remove it (the
+            // registered restrictions go with it: better than a session).
+            logger.error("cannot record the end of the session: \(error); removing the journal")
+            do {
+                try settings.journal.discard()
+                journalWritten()
+            } catch {
+                logger.critical("cannot remove the journal either: \(error); the next start resumes the ended session")
+            }
         }
         logger.notice("session ended (\(reason)); \(ending.snapshot.count) keys restored")
         settings.audit.record(
             .sessionEnded, caller: endedBy?.identity, "guided access session ended (\(reason))",
             fields: ["REASON": reason, "RESTORED_KEYS": String(ending.snapshot.count)])
-        if let watch { await connection.unsubscribe(watch) }
+        // The signals go out before the one wait for the bus below, so none
+        // can follow what calls queued behind this one announce.
         for identifier in reset { await emit("RestrictionChanged", [.string(identifier), .string("allow")]) }
         await announce()
         await emit("SessionChanged", [.bool(false), .string(reason)])
+        if let watch { await connection.unsubscribe(watch) }
     }
 
     /// Records the snapshot of the keys `change` writes, journals, then
@@ -604,10 +631,14 @@ public actor GuidedAccessService {
         let state = try RestrictionState(wireName: try call.argument(1))
         _ = try registry.state(of: identifier)
         let caller = try await identify(call)
+        let generation = sessionGeneration
         try await admit(settings.policy.verdict(for: caller.identity, action: .manageRestrictions), call)
         guard session != nil else {
             throw GuidedAccessError.notInSession("restriction states can change only inside a session")
         }
+        // Asked for the session there was when the call came (an operator's
+        // answer to polkit may take long), not one begun since.
+        try requireSameSession(generation)
         var updated = registry
         guard try updated.setState(state, of: identifier) else { return }
         try commit(updated)

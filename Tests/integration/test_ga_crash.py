@@ -83,6 +83,31 @@ def test_a_start_run_while_an_end_waits_for_the_bus_is_journaled_and_survives_ki
     assert_keys(ga_env.snapshot(), baseline)
 
 
+def test_an_end_that_cannot_be_journaled_removes_the_journal_so_no_restart_resumes_it(ga_env, gad):
+    # The journal cannot be rewritten (the slot it would write is a non-empty
+    # directory). EndSession restores the keys; the journal that still holds
+    # the session must not survive, or the next start would put its keys back.
+    ga_env.gsettings_set(MAGNIFIER, "mag-factor", "3.0")
+    baseline = ga_env.snapshot()
+    rec = Recorder(ga_env)  # the owner, connected throughout: no take-over, no owner-left write
+    rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
+    rec.settle()
+    state = ga_env.state_dir
+    current = os.stat(state / "journal.json").st_ino
+    for slot in (state / ".journal.json.slot-a", state / ".journal.json.slot-b"):
+        if not slot.exists() or slot.stat().st_ino != current:
+            if slot.exists():
+                slot.unlink()
+            (slot / "blocker").mkdir(parents=True)
+    rec.call("EndSession")
+    assert_keys(ga_env.snapshot(), baseline)
+    assert not (state / "journal.json").exists()
+    assert "removing the journal" in gad.log()
+    gad.restart_after_kill9()
+    assert Recorder(ga_env).prop("SessionActive") is False
+    assert_keys(ga_env.snapshot(), baseline)
+
+
 def test_time_limit_that_passed_while_down_ends_the_session_at_start_up(ga_env, gad):
     ok(ga_env.busctl_call("StartSession", *busctl_options(features=["invert-colors"], time_limit=("t", 1))))
     gad.kill9()

@@ -102,6 +102,28 @@ def test_end_session_resets_denied_restrictions_then_properties_then_session_cha
     assert [r[3] for r in listed(rec)] == ["allow"] * 3
 
 
+def test_the_reset_of_an_ended_session_never_follows_the_next_sessions_deny(ga_env, gad, rec):
+    # EndSession, StartSession and SetRestrictionState pipelined on one
+    # connection: the end's "allow" resets go out before the new session's
+    # "deny", so the last signal tells the state there is.
+    from gadaemon import pump
+
+    register(rec, SAMPLE[:1])
+    start(rec)
+    rec.call("SetRestrictionState", "ss", (SAMPLE[0][0], "deny"))
+    rec.clear()
+    rec.call_async("EndSession")
+    rec.call_async("StartSession", "a{sv}", (dbus.Dictionary({}, signature="sv"),))
+    rec.call_async("SetRestrictionState", "ss", (SAMPLE[0][0], "deny"))
+    replies = lambda: [e[:2] for e in rec.events if e[0] in ("reply", "error")]  # noqa: E731
+    assert pump(lambda: len(replies()) == 3, 10), rec.events
+    assert sorted(replies()) == [("reply", "EndSession"), ("reply", "SetRestrictionState"), ("reply", "StartSession")]
+    rec.settle(0.3)
+    changes = [e for e in rec.events if e[0] == "RestrictionChanged"]
+    assert changes == [("RestrictionChanged", SAMPLE[0][0], "allow"), ("RestrictionChanged", SAMPLE[0][0], "deny")]
+    assert rec.call("GetRestrictionState", "s", (SAMPLE[0][0],)) == "deny"
+
+
 def test_restriction_state_is_allow_outside_a_session(ga_env, gad, rec):
     register(rec, SAMPLE)
     start(rec)

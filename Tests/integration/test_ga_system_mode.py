@@ -177,6 +177,29 @@ def test_a_session_holds_a_sleep_idle_inhibitor_and_releases_it_at_the_end(ga_en
     assert wait_for(lambda: inhibitors(logind) == []), inhibitors(logind)
 
 
+def test_an_end_queued_behind_a_start_leaves_no_inhibitor_and_no_late_started(ga_env, system_daemon):
+    # StartSession waits for the bus (the owner's match rule) after the session
+    # begins; an EndSession pipelined behind it ends the session meanwhile.
+    # The start must then take no sleep inhibitor and send no "started" after
+    # the "ended".
+    from gadaemon import Recorder, pump
+
+    logind = start_mock(ga_env, "logind")
+    system_daemon()
+    rec = Recorder(ga_env)
+    rec.clear()
+    rec.call_async("StartSession", "a{sv}", ({},))
+    rec.call_async("EndSession")
+    replies = lambda: [e[:2] for e in rec.events if e[0] in ("reply", "error")]  # noqa: E731
+    assert pump(lambda: len(replies()) == 2, 10), rec.events
+    assert sorted(replies()) == [("reply", "EndSession"), ("reply", "StartSession")], rec.events
+    rec.settle(0.5)
+    assert rec.prop("SessionActive") is False
+    assert [e for e in rec.events if e[0] == "SessionChanged"] == [
+        ("SessionChanged", True, "started"), ("SessionChanged", False, "ended")], rec.events
+    assert inhibitors(logind) == []
+
+
 def test_inhibit_sleep_false_takes_no_inhibitor(ga_env, system_daemon):
     logind = start_mock(ga_env, "logind")
     system_daemon()
