@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// A system call on a file that failed.
 public struct FileError: Error, Hashable, Sendable, CustomStringConvertible {
@@ -84,12 +85,36 @@ extension DurableFile {
     /// A slot is reused only while nothing but its own name links it: never
     /// the file `path` names, nor a copy kept aside under another name (a
     /// corrupt journal renamed away). Otherwise it is unlinked and made anew.
+    /// That the slot is no longer `path`'s file must be true on disk too, not
+    /// only in the kernel's view: the directory is fsynced before the first
+    /// in-place write of a process (an earlier process may have been killed
+    /// between its rename and its fsync of the directory) and after any
+    /// failure. Where the file system cannot link (EPERM, EOPNOTSUPP), this
+    /// falls back to `replace`.
     public static func replaceRecycling(
         _ path: String, with bytes: [UInt8], mode: mode_t, directory: String
     ) throws(FileError) {
         let name = path.split(separator: "/").last.map(String.init) ?? path
         let slots = ["a", "b"].map { directory + "/." + name + ".slot-" + $0 }
         let fresh = directory + "/." + name + ".new"
+        if !syncedDirectories.withLock({ $0.contains(directory) }) {
+            try syncDirectory(directory)
+            syncedDirectories.withLock { _ = $0.insert(directory) }
+        }
+        do {
+            try writeRecycled(path, bytes, mode: mode, slots: slots, fresh: fresh, directory: directory)
+        } catch {
+            syncedDirectories.withLock { _ = $0.remove(directory) }
+            throw error
+        }
+    }
+
+    /// Directories whose entries are known to be on disk as this process sees them.
+    private static let syncedDirectories = Mutex<Set<String>>([])
+
+    private static func writeRecycled(
+        _ path: String, _ bytes: [UInt8], mode: mode_t, slots: [String], fresh: String, directory: String
+    ) throws(FileError) {
         let slot = try freeSlot(slots, besides: path)
 
         let fd = open(slot, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode)
@@ -125,7 +150,13 @@ extension DurableFile {
 
         // A `.new` left by a crash between link and rename is stale.
         if unlink(fresh) != 0, errno != ENOENT { throw FileError(path: fresh, operation: "unlink", errno: errno) }
-        guard link(slot, fresh) == 0 else { throw FileError(path: fresh, operation: "link", errno: errno) }
+        guard link(slot, fresh) == 0 else {
+            let code = errno
+            guard code == EPERM || code == EOPNOTSUPP else { throw FileError(path: fresh, operation: "link", errno: code) }
+            // No hard links here: a new temporary file each time.
+            try replace(path, with: padded, mode: mode, temporary: fresh, directory: directory)
+            return
+        }
         guard rename(fresh, path) == 0 else {
             let code = errno
             unlink(fresh)
@@ -148,7 +179,7 @@ extension DurableFile {
                 throw FileError(path: slot, operation: "lstat", errno: errno)
             }
             let isPath = pathExists && status.st_dev == current.st_dev && status.st_ino == current.st_ino
-            if status.st_mode & S_IFMT == S_IFREG, status.st_nlink == 1 { return slot }
+            if status.st_mode & S_IFMT == S_IFREG, status.st_nlink == 1, !isPath { return slot }
             if !isPath, replaceable == nil { replaceable = slot }
         }
         let slot = replaceable ?? slots[1]
