@@ -140,6 +140,7 @@ public final class GSettingsBackend: SettingsBackend {
             }
         }
         let failure: String?
+        let client = client()  // and the writer, from the same reading of the profile
         if let writer {
             do {
                 try writer.change(changeset)
@@ -149,7 +150,7 @@ public final class GSettingsBackend: SettingsBackend {
             }
         } else {
             var error: UnsafeMutablePointer<GError>? = nil
-            if dconf_client_change_sync(client(), changeset, nil, nil, &error) != 0 {
+            if dconf_client_change_sync(client, changeset, nil, nil, &error) != 0 {
                 failure = nil
             } else {
                 failure = "dconf: " + (error.map { String(cString: $0.pointee.message) } ?? "unknown error")
@@ -165,19 +166,27 @@ public final class GSettingsBackend: SettingsBackend {
     /// The dconf writer object the dconf store sends its change sets to over
     /// libdbus, or nil when libdconf writes (another store, or a profile whose
     /// first database is not a user database). For logs and tests.
-    public var dconfWriterPath: String? { store == .dconf ? writer?.objectPath : nil }
+    public var dconfWriterPath: String? {
+        guard store == .dconf else { return nil }
+        withContext { _ = client() }
+        return writer?.objectPath
+    }
 
     /// dconf-service's Change over a libdbus connection of our own when the
     /// profile's first database is a user database (nearly always); else nil,
-    /// and libdconf writes through GDBus.
-    private lazy var writer: DconfWriter? = DconfWriter.writerPath().map(DconfWriter.init)
+    /// and libdconf writes through GDBus. Made with the libdconf client.
+    private var writer: DconfWriter?
 
     /// The libdconf client; created inside `withContext`, so its change
-    /// notifications go to the private context.
+    /// notifications go to the private context. The writer is found right
+    /// after it, from the profile as libdconf has just read it: a profile
+    /// that appears later cannot send writes to one database and reads to
+    /// another.
     private func client() -> OpaquePointer {
         if let dconfClient { return dconfClient }
         let made = dconf_client_new()!
         dconfClient = made
+        writer = DconfWriter.writerPath().map(DconfWriter.init)
         return made
     }
 
