@@ -142,9 +142,8 @@ final class DconfWriter {
             }
         }
         for prefix in prefixes {
-            let path = prefix + "/dconf/profile/" + name
-            if let text = readFile(path) { return .found(text) }
-            if errno != ENOENT { return .unreadable }
+            let found = profileText(prefix + "/dconf/profile/" + name)
+            if found != .missing { return found }
         }
         return .missing
     }
@@ -168,23 +167,19 @@ final class DconfWriter {
         return nil
     }
 
-    /// The whole file, or nil with `errno` set.
+    /// The whole file as text; nil when it is missing or unreadable.
     private static func readFile(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return nil
-            }
-            if n == 0 { break }
-            bytes += buffer[0..<n]
+        guard case .found(let text) = profileText(path) else { return nil }
+        return text
+    }
+
+    private static func profileText(_ path: String) -> ProfileFile {
+        do {
+            guard let bytes = try FileContents.read(path) else { return .missing }
+            return .found(String(decoding: bytes, as: UTF8.self))
+        } catch {
+            return .unreadable
         }
-        return String(decoding: bytes, as: UTF8.self)
     }
 }
 

@@ -16,6 +16,30 @@ public struct FileError: Error, Hashable, Sendable, CustomStringConvertible {
     public var description: String { "\(operation) \(path): \(String(cString: strerror(errno)))" }
 }
 
+/// A whole small file read at once.
+public enum FileContents {
+    /// The file's bytes; nil when it does not exist.
+    public static func read(_ path: String) throws(FileError) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return nil }
+            throw FileError(path: path, operation: "open", errno: errno)
+        }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw FileError(path: path, operation: "read", errno: errno)
+            }
+            if n == 0 { return bytes }
+            bytes.append(contentsOf: buffer[0..<n])
+        }
+    }
+}
+
 /// Replacing a file so that a crash leaves either the old or the new
 /// content, never a mix: the bytes go to `temporary` (same directory), are
 /// fsynced, renamed over `path`, and the directory is fsynced. Used by the

@@ -114,22 +114,10 @@ public struct SessionJournal: Sendable {
     // MARK: Files
 
     private func readFile(_ path: String) throws(JournalError) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            if errno == ENOENT { return nil }
-            throw .io(path: path, operation: "open", errno: errno)
-        }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw .io(path: path, operation: "read", errno: errno)
-            }
-            if n == 0 { return bytes }
-            bytes.append(contentsOf: buffer[0..<n])
+        do {
+            return try FileContents.read(path)
+        } catch {
+            throw .io(path: error.path, operation: error.operation, errno: error.errno)
         }
     }
 
