@@ -187,8 +187,17 @@ public final class GSettingsBackend: SettingsBackend {
         let made = dconf_client_new()!
         dconfClient = made
         writer = DconfWriter.writerPath().map(DconfWriter.init)
+        if store == .dconf {
+            onNote?(writer.map { "dconf change sets go to \($0.objectPath) over libdbus" }
+                ?? "the dconf profile does not start with a user database: libdconf writes")
+        }
         return made
     }
+
+    /// Told once, when the store is first used, how the dconf store writes
+    /// (for the service's log). Not at start-up: the libdconf client is made
+    /// on first use, not to cost memory before then.
+    public var onNote: ((String) -> Void)?
 
     /// The key's dconf path: its schema's path and its name.
     private func dconfPath(of key: SettingKey) throws(SettingsBackendError) -> String {

@@ -127,8 +127,8 @@ func serve(
     switch configuration.backend {
     case .gsettings:
         let gsettings = GSettingsBackend()
-        let writer = gsettings.dconfWriterPath.map { "dconf change sets to \($0) over libdbus" } ?? "libdconf or GSettings writes"
-        logger.info("gsettings backend: \(gsettings.store.rawValue) store, \(writer)")
+        logger.info("gsettings backend: \(gsettings.store.rawValue) store")
+        gsettings.onNote = { logger.info("gsettings backend: \($0)") }
         backend = gsettings
     case .memory: backend = MemorySettingsBackend()
     case .dconf:
