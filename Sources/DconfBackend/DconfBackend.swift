@@ -358,10 +358,10 @@ public final class DconfBackend: SettingsBackend {
         let ours = "/" + databaseName + ".d: "
         var others: [String] = []
         for line in stderr.split(separator: "\n").map(String.init) {
-            if line.hasPrefix("error: ") || line.hasPrefix("warning: ") || line.contains("Failed to set scheduler settings") {
+            if line.hasPrefix("error: ") || line.hasPrefix("warning: ") || line.includes("Failed to set scheduler settings") {
                 continue
             }
-            guard !line.contains(ours), line.hasPrefix("/"), line.contains(".d: ") else { return nil }
+            guard !line.includes(ours), line.hasPrefix("/"), line.includes(".d: ") else { return nil }
             others.append(line)
         }
         return others.isEmpty ? nil : others
@@ -421,5 +421,14 @@ extension String {
             return ""
         }
         return String(self[start...end])
+    }
+
+    /// Whether `part` occurs in the string, byte for byte (the service does
+    /// not link _StringProcessing, whose `contains(_:)` this would be).
+    fileprivate func includes(_ part: String) -> Bool {
+        let text = Array(utf8), part = Array(part.utf8)
+        guard !part.isEmpty else { return true }
+        guard part.count <= text.count else { return false }
+        return (0...(text.count - part.count)).contains { start in text[start..<(start + part.count)].elementsEqual(part) }
     }
 }
