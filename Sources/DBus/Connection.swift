@@ -248,7 +248,7 @@ public actor Connection {
         guard let object = objects[path], let declaration = object.interface(interface)?.signal(signal) else {
             throw .invalidArgs("no signal \(interface).\(signal) is declared at \(path)")
         }
-        let actual = arguments.map(\.type.signature).joined()
+        let actual = arguments.map { $0.type.signature }.joined()
         guard actual == declaration.signature else {
             throw .invalidArgs("signal \(interface).\(signal) has type '\(declaration.signature)', got '\(actual)'")
         }

@@ -48,7 +48,7 @@ public indirect enum DBusValue: Hashable, Sendable {
         case .unixFD: return .unixFD
         case .array(let element, _): return .array(element)
         case .dictionary(let key, let value, _): return .dictionary(key: key, value: value)
-        case .structure(let members): return .structure(members.map(\.type))
+        case .structure(let members): return .structure(members.map { $0.type })
         case .variant: return .variant
         }
     }
@@ -123,10 +123,10 @@ extension DBusValue: CustomStringConvertible {
         case .objectPath(let v): return v.rawValue
         case .signature(let v): return v.rawValue
         case .unixFD(let v): return "fd \(v)"
-        case .array(_, let values): return "[" + values.map(\.description).joined(separator: ", ") + "]"
+        case .array(_, let values): return "[" + values.map { $0.description }.joined(separator: ", ") + "]"
         case .dictionary(_, _, let entries):
             return "{" + entries.map { "\($0.key): \($0.value)" }.joined(separator: ", ") + "}"
-        case .structure(let members): return "(" + members.map(\.description).joined(separator: ", ") + ")"
+        case .structure(let members): return "(" + members.map { $0.description }.joined(separator: ", ") + ")"
         case .variant(let inner): return "<\(inner)>"
         }
     }
@@ -276,7 +276,7 @@ public struct Variant: DBusRepresentable, Hashable {
 
 extension Array: DBusRepresentable where Element: DBusRepresentable {
     public static var dbusType: DBusType { .array(Element.dbusType) }
-    public var dbusValue: DBusValue { .array(Element.dbusType, map(\.dbusValue)) }
+    public var dbusValue: DBusValue { .array(Element.dbusType, map { $0.dbusValue }) }
     public init(dbusValue v: DBusValue) throws(DBusError) {
         guard case .array(let element, let values) = v, element == Element.dbusType else {
             throw typeMismatch(Self.dbusType, v)

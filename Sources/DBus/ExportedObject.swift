@@ -29,7 +29,7 @@ extension Connection {
     /// name, so that no call reaches a half-built service.
     public func export(_ interfaces: [Interface], at path: ObjectPath) async throws(DBusError) {
         guard objects[path] == nil else { throw .invalidArgs("an object is already exported at \(path)") }
-        let names = interfaces.map(\.name)
+        let names = interfaces.map { $0.name }
         guard Set(names).count == names.count else { throw .invalidArgs("an interface is listed twice for \(path)") }
         let object = ExportedObject(path: path, interfaces: interfaces)
         objects[path] = object
@@ -175,7 +175,7 @@ extension Connection {
             let arguments = try message.arguments(expecting: method.inputSignature)
             let call = makeCall(message, path: object.path, interface: interface.name, arguments: arguments)
             let values = try await method.handler(call)
-            let actual = values.map(\.type.signature).joined()
+            let actual = values.map { $0.type.signature }.joined()
             guard actual == method.outputSignature else {
                 logger.error(
                     "\(interface.name).\(member) returned '\(actual)', declared '\(method.outputSignature)'")

@@ -11,12 +11,12 @@ public struct Interface: Sendable {
 
     public init(_ name: String, methods: [Method] = [], properties: [Property] = [], signals: [Signal] = []) {
         precondition(DBusNames.isValidInterface(name), "'\(name)' is not a valid interface name")
-        for member in methods.map(\.name) + properties.map(\.name) + signals.map(\.name) {
+        for member in methods.map({ $0.name }) + properties.map({ $0.name }) + signals.map({ $0.name }) {
             precondition(DBusNames.isValidMember(member), "'\(member)' is not a valid member name")
         }
-        precondition(Set(methods.map(\.name)).count == methods.count, "duplicate method in \(name)")
-        precondition(Set(properties.map(\.name)).count == properties.count, "duplicate property in \(name)")
-        precondition(Set(signals.map(\.name)).count == signals.count, "duplicate signal in \(name)")
+        precondition(Set(methods.map { $0.name }).count == methods.count, "duplicate method in \(name)")
+        precondition(Set(properties.map { $0.name }).count == properties.count, "duplicate property in \(name)")
+        precondition(Set(signals.map { $0.name }).count == signals.count, "duplicate signal in \(name)")
         self.name = name
         self.methods = methods
         self.properties = properties
@@ -84,8 +84,8 @@ public struct Method: Sendable {
         self.handler = handler
     }
 
-    public var inputSignature: String { inputs.map(\.type.signature).joined() }
-    public var outputSignature: String { outputs.map(\.type.signature).joined() }
+    public var inputSignature: String { inputs.map { $0.type.signature }.joined() }
+    public var outputSignature: String { outputs.map { $0.type.signature }.joined() }
 }
 
 public struct Property: Sendable {
@@ -137,7 +137,7 @@ public struct Signal: Sendable {
         self.arguments = arguments
     }
 
-    public var signature: String { arguments.map(\.type.signature).joined() }
+    public var signature: String { arguments.map { $0.type.signature }.joined() }
 }
 
 // MARK: - Introspection

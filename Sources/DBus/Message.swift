@@ -117,7 +117,7 @@ public final class Message: @unchecked Sendable {
     public func append(_ values: [DBusValue]) throws(DBusError) {
         for value in values { try value.validate() }
         if values.count > 1 || !(values.first?.type.isBasic ?? true) {
-            let total = signature + values.map(\.type.signature).joined()
+            let total = signature + values.map { $0.type.signature }.joined()
             guard total.utf8.count <= 255 else {
                 throw .invalidArgs("message signature '\(total)' is longer than 255 bytes")
             }

@@ -26,7 +26,7 @@ public indirect enum DBusType: Hashable, Sendable, CustomStringConvertible {
         case .variant: return "v"
         case .array(let element): return "a" + element.signature
         case .dictionary(let key, let value): return "a{" + key.signature + value.signature + "}"
-        case .structure(let members): return "(" + members.map(\.signature).joined() + ")"
+        case .structure(let members): return "(" + members.map { $0.signature }.joined() + ")"
         }
     }
 
@@ -185,7 +185,7 @@ public struct Signature: Hashable, Sendable, CustomStringConvertible, Expressibl
     }
 
     public init(_ types: [DBusType]) {
-        rawValue = types.map(\.signature).joined()
+        rawValue = types.map { $0.signature }.joined()
     }
 
     public init(stringLiteral value: String) {

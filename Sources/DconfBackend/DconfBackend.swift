@@ -215,7 +215,7 @@ public final class DconfBackend: SettingsBackend {
             try removeFile(keyfilePath, directory: keyfileDirectory)
         } else {
             var text = header
-            let groups = Dictionary(grouping: values.keys, by: \.dconfGroup)
+            let groups = Dictionary(grouping: values.keys, by: { $0.dconfGroup })
             for group in groups.keys.sorted() {
                 text += "\n[\(group)]\n"
                 for key in groups[group]!.sorted() { text += "\(key.key)=\(values[key]!.gvariantText)\n" }

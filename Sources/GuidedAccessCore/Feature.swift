@@ -48,5 +48,5 @@ public enum Feature: String, CaseIterable, Hashable, Sendable, Comparable, Custo
 
 extension Sequence where Element == Feature {
     /// The wire names, sorted: the form of `EnabledFeatures` and `SupportedFeatures`.
-    public var sortedWireNames: [String] { map(\.wireName).sorted() }
+    public var sortedWireNames: [String] { map { $0.wireName }.sorted() }
 }

@@ -139,7 +139,7 @@ public struct FeatureKeyMap: Hashable, Sendable {
         let supported = Feature.allCases.filter { feature in
             requirements(of: feature).allSatisfy { $0.isOptional || available[$0.key] == true }
         }
-        let missingOptional = allRequirements.filter { $0.isOptional && available[$0.key] != true }.map(\.key)
+        let missingOptional = allRequirements.filter { $0.isOptional && available[$0.key] != true }.map { $0.key }
         return (Set(supported), FeatureKeyMap(missingOptionalKeys: Set(missingOptional)))
     }
 

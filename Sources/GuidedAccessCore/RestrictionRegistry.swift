@@ -71,7 +71,7 @@ public struct RestrictionRegistry: Hashable, Sendable {
     /// Sets every state to allow; returns the identifiers that were deny,
     /// sorted (one RestrictionChanged each, in this order).
     public mutating func resetAll() -> [String] {
-        let denied = byIdentifier.values.filter { $0.state == .deny }.map(\.identifier).sorted()
+        let denied = byIdentifier.values.filter { $0.state == .deny }.map { $0.identifier }.sorted()
         for id in denied { byIdentifier[id]?.state = .allow }
         return denied
     }

@@ -88,7 +88,7 @@ public struct ServiceConfiguration: Hashable, Sendable {
         switch (group, key) {
         case ("Service", "Backend"):
             guard let kind = BackendKind(rawValue: entry.trimmed) else {
-                throw entry.error("expected one of " + BackendKind.allCases.map(\.rawValue).joined(separator: ", "))
+                throw entry.error("expected one of " + BackendKind.allCases.map { $0.rawValue }.joined(separator: ", "))
             }
             backend = kind
         case ("Clients", "AllowUsers"): clients!.allowUsers = try entry.list()
@@ -139,7 +139,7 @@ public struct ServiceConfiguration: Hashable, Sendable {
         let file: String, group: String, key: String, raw: String
 
         var trimmed: String {
-            String(raw.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed())
+            String(raw.drop(while: { $0.isWhitespace }).reversed().drop(while: { $0.isWhitespace }).reversed())
         }
 
         func error(_ reason: String) -> ConfigurationError {

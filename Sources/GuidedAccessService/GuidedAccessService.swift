@@ -80,7 +80,7 @@ public actor GuidedAccessService {
     /// Recovers the journal, then exports the object. The caller requests
     /// the bus name afterwards, so no call reaches a half-built service.
     public func start() async throws {
-        let unsupported = Feature.allCases.filter { !supported.contains($0) }.map(\.wireName)
+        let unsupported = Feature.allCases.filter { !supported.contains($0) }.map { $0.wireName }
         let missing = unsupported.isEmpty ? "" : "; not supported here: \(unsupported.joined(separator: ", "))"
         logger.info(
             "backend \(backendName): supported features \(supported.sortedWireNames.joined(separator: ", "))\(missing)")
@@ -611,7 +611,7 @@ public actor GuidedAccessService {
         var current = registry  // as it is after the await
         try current.register(batch)
         try commit(current)
-        logger.info("registered restrictions \(batch.map(\.identifier))")
+        logger.info("registered restrictions \(batch.map { $0.identifier })")
     }
 
     func unregisterRestrictions(_ call: MethodCall) async throws {

@@ -159,7 +159,7 @@ public final class KeyFile {
     /// `optional`; a missing drop-in directory is not. Hidden files and
     /// entries that are not regular files are skipped.
     public static func loadLayered(mainFile: String, optional: Bool = false) throws(KeyFileError) -> [KeyFileEntry] {
-        try loadLayeredFiles(mainFile: mainFile, optional: optional).flatMap(\.entries)
+        try loadLayeredFiles(mainFile: mainFile, optional: optional).flatMap { $0.entries }
     }
 
     /// The files `loadLayered` reads, loaded, in the order they apply — for

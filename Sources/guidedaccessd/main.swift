@@ -142,7 +142,7 @@ func serve(
             // LockOutsideSession this removes a baseline an earlier
             // configuration left.
             let hadBaseline = !dconf.baseline.isEmpty
-            try dconf.lockBaseline(dconf.schemaDefaults(of: FeatureKeyMap.allRequirements.map(\.key)))
+            try dconf.lockBaseline(dconf.schemaDefaults(of: FeatureKeyMap.allRequirements.map { $0.key }))
             if configuration.dconf.lockOutsideSession {
                 logger.info("dconf backend: \(dconf.baseline.count) keys locked at their defaults outside a session")
             } else if hadBaseline {
