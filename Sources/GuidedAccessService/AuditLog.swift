@@ -47,8 +47,9 @@ public struct AuditLog: Sendable {
         }
         all += fields.sorted { $0.key < $1.key }.map { ("GUIDEDACCESS_" + $0.key, $0.value) }
         if !send(all) {
+            // At the record's own priority: a refusal is a warning.
             let text = all.dropFirst().map { "\($0.0)=\($0.1)" }.joined(separator: " ")
-            logger.notice("audit: \(message) [\(text)]")
+            logger.log(level: event == .callDenied ? .warning : .notice, "audit: \(message) [\(text)]")
         }
     }
 

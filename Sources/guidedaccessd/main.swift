@@ -12,9 +12,17 @@ import GuidedAccessService
 import KeyFile
 import Logging
 
+// Under systemd, stderr is journald's stream: lines carry their priority.
+let logToJournal = JournalStreamLogHandler.stderrIsTheJournal
 LoggingSystem.bootstrap { label in
+    let level: Logger.Level = getenv("GUIDEDACCESS_DEBUG") != nil ? .debug : .info
+    if logToJournal {
+        var handler = JournalStreamLogHandler(label: label)
+        handler.logLevel = level
+        return handler
+    }
     var handler = StreamLogHandler.standardError(label: label)
-    handler.logLevel = getenv("GUIDEDACCESS_DEBUG") != nil ? .debug : .info
+    handler.logLevel = level
     return handler
 }
 let logger = Logger(label: "guidedaccessd")

@@ -394,6 +394,14 @@ def test_step9_journal_audit_records(installed):
     assert [int(r["_PID"]) for r in resumed] == [STATE["pid"], STATE["pid2"]]
     assert all(fields(r, *root) == root for r in resumed)
 
+    # The service's own log lines (stderr, journald's stream) carry their
+    # priority and no timestamp of their own.
+    out = ct.run(["journalctl", "--no-pager", "-o", "json", f"_SYSTEMD_UNIT={UNIT}", "_TRANSPORT=stdout"]).stdout
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+    [begun] = [r for r in lines if "] session started by " in r["MESSAGE"]]
+    assert begun["PRIORITY"] == "5" and begun["MESSAGE"].startswith("guidedaccessd: [GuidedAccessService] "), begun
+    assert any(r["PRIORITY"] == "6" and "] ready: " in r["MESSAGE"] for r in lines), lines
+
     [ended] = journal(ct, "sessionEnded")
     assert int(ended["_PID"]) == STATE["pid2"]
     assert fields(ended, *root, "GUIDEDACCESS_REASON", "GUIDEDACCESS_RESTORED_KEYS") == dict(

@@ -114,3 +114,33 @@ def test_without_journald_the_record_goes_to_the_log(ga_env):
     assert ga_env.busctl_call("StartSession", "a{sv}", "0")[0] == 0
     assert "audit: guided access session started" in daemon.log()
     assert IDS["sessionStarted"] in daemon.log()
+
+
+def test_with_stderr_as_the_journal_stream_lines_carry_their_priority(ga_env):
+    # systemd sets JOURNAL_STREAM to stderr's DEVICE:INODE when stderr is
+    # journald's stream; the daemon's lines then start with <priority> (which
+    # journald takes as PRIORITY) and carry no timestamp of their own.
+    import os
+    import re
+
+    daemon = ga_env.daemon()
+    status = os.stat(daemon.log_path)
+    daemon.process_env["JOURNAL_STREAM"] = f"{status.st_dev}:{status.st_ino}"
+    daemon.process_env["GUIDEDACCESS_JOURNAL_SOCKET"] = str(ga_env.root / "no-journal.socket")
+    daemon.start()
+    assert ga_env.busctl_call("StartSession", "a{sv}", "0")[0] == 0
+    assert ga_env.busctl_call("EndSession", prefix=NOBODY)[0] != 0  # a refusal: a warning
+    lines = [line for line in daemon.log().splitlines() if line and not line.startswith("=====")]
+    assert lines and all(re.match(r"<[2-7]>guidedaccessd: \[[A-Za-z]+\] ", line) for line in lines), lines
+    assert any(line.startswith("<6>guidedaccessd: [guidedaccessd] ready: ") for line in lines), lines
+    assert any(line.startswith("<5>guidedaccessd: [GuidedAccessService] session started by ") for line in lines), lines
+    assert any(line.startswith("<4>") and "EndSession" in line for line in lines), lines
+
+
+def test_with_another_journal_stream_lines_stay_plain(ga_env):
+    # JOURNAL_STREAM naming some other file (inherited, stderr redirected):
+    # the usual lines, with their timestamp and level.
+    daemon = ga_env.daemon()
+    daemon.process_env["JOURNAL_STREAM"] = "1:2"
+    daemon.start()
+    assert any(" info guidedaccessd: [guidedaccessd] ready: " in line for line in daemon.log().splitlines())
