@@ -134,7 +134,11 @@ def container(rootfs, stage, workdir):
 def installed(container):
     """The staged files installed as a package would put them, system mode
     configured, the kiosk user set up with values of its own."""
-    ct = container
+    return install(container)
+
+
+def install(ct):
+    """What `installed` does, for any booted container."""
     ct.sh("tar -C /stage/root -cf - . | tar -C / -xf - --keep-directory-symlink --no-same-owner")
     missing = ct.run(["ldd", "/usr/libexec/guidedaccessd"]).stdout
     assert "not found" not in missing, f"libraries missing in the container:\n{missing}"
@@ -148,3 +152,23 @@ def installed(container):
     # go through dconf-service there (reads are direct file reads).
     ct.run(["systemctl", "start", f"user@{KIOSK_UID}.service"])
     return ct
+
+
+@pytest.fixture(scope="module")
+def rebootable(rootfs, stage, workdir):
+    """A second container, installed as `installed` is, whose changes
+    survive `reboot()` (an overlay upper directory in the work directory)."""
+    ct = nspawn.Container(rootfs, stage, workdir / "reboot", persistent=True, suffix="-reboot")
+    try:
+        seconds = ct.boot()
+        FACTS["reboot container: first boot"] = f"{seconds:.1f} s"
+        _CONTAINER.insert(0, ct)  # the one a failure's report reads the journal of
+        yield install(ct)
+    finally:
+        if ct in _CONTAINER:
+            _CONTAINER.remove(ct)
+        errors = ct.shutdown()
+        leftovers = [p for p in (ct.cgroup, str(nspawn.PROPAGATE_DIR / ct.name)) if os.path.exists(p)]
+        leftovers += nspawn.mounts_under(ct.root)
+        if errors or leftovers:
+            pytest.fail(f"reboot container clean-up: {errors} left: {leftovers}")

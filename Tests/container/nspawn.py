@@ -221,12 +221,20 @@ def mounts_under(path):
 
 
 class Container:
-    """systemd-nspawn --boot of ROOT with STAGE bound read-only at /stage."""
+    """systemd-nspawn --boot of ROOT with STAGE bound read-only at /stage.
 
-    def __init__(self, root, stage, workdir):
-        self.root = Path(root)
+    By default every boot starts from ROOT as it is (`--volatile=overlay`).
+    With `persistent=True` the container's changes go to an overlay upper
+    directory under WORKDIR that outlives a power-off, so `reboot()` boots
+    the same system again: what a reboot keeps, it keeps."""
+
+    def __init__(self, root, stage, workdir, persistent=False, suffix=""):
+        self.lower = Path(root)
+        self.persistent = persistent
+        self.layers = Path(workdir) / "layers"
+        self.root = self.layers / "merged" if persistent else self.lower
         self.stage = Path(stage)
-        self.name = f"{CGROUP_PREFIX}{os.getpid()}"
+        self.name = f"{CGROUP_PREFIX}{os.getpid()}{suffix}"
         self.console_path = Path(workdir) / "console.log"
         self.process = None
         self.pid1 = None
@@ -242,6 +250,14 @@ class Container:
         started = time.monotonic()
         os.makedirs(self.cgroup, exist_ok=True)
         procs = os.path.join(self.cgroup, "cgroup.procs")
+        if self.persistent:
+            for part in ("upper", "work", "merged"):
+                (self.layers / part).mkdir(parents=True, exist_ok=True)
+            (self.layers / "upper").chmod(0o755)  # it becomes the container's /
+            subprocess.run(
+                ["mount", "-t", "overlay", "overlay", "-o",
+                 f"lowerdir={self.lower},upperdir={self.layers / 'upper'},workdir={self.layers / 'work'}",
+                 str(self.root)], check=True, capture_output=True, text=True)
 
         def enter_cgroup():
             # nspawn makes payload/ and supervisor/ in the cgroup it starts in.
@@ -257,8 +273,8 @@ class Container:
         self.console = open(self.console_path, "w")
         self.process = subprocess.Popen(
             ["systemd-nspawn", "-q", "-D", str(self.root), "-M", self.name, "--boot",
-             "--register=no", "--keep-unit", "--volatile=overlay", "--private-network",
-             "--system-call-filter=bpf", f"--bind-ro={self.stage}:/stage"],
+             "--register=no", "--keep-unit", *([] if self.persistent else ["--volatile=overlay"]),
+             "--private-network", "--system-call-filter=bpf", f"--bind-ro={self.stage}:/stage"],
             stdin=subprocess.DEVNULL, stdout=self.console, stderr=subprocess.STDOUT,
             env=env, preexec_fn=enter_cgroup)
         deadline = time.monotonic() + timeout
@@ -358,4 +374,17 @@ class Container:
         remove_propagate(self.name)
         for mount in mounts_under(self.root):
             subprocess.run(["umount", "-l", mount], capture_output=True)
+        self.process = None
+        self.pid1 = None
         return errors
+
+    def reboot(self, timeout=60.0):
+        """Powers off (systemd stops every service, as on a reboot) and boots
+        the same system again; persistent containers only. Returns the
+        seconds the boot took."""
+        assert self.persistent, "reboot() keeps nothing without persistent=True"
+        errors = self.shutdown()
+        if errors:
+            raise RuntimeError(f"power-off before the reboot: {errors}")
+        self._uids = {}
+        return self.boot(timeout)
