@@ -22,7 +22,7 @@ public enum JournalError: Error, Hashable, Sendable, CustomStringConvertible {
     /// Written by a newer service; left in place so that service can read it again.
     case unsupportedVersion(path: String, version: Int)
     /// A system call failed.
-    case io(path: String, operation: String, errno: Int32)
+    case io(FileError)
 
     public var description: String {
         switch self {
@@ -30,8 +30,8 @@ public enum JournalError: Error, Hashable, Sendable, CustomStringConvertible {
             return "journal \(path) is corrupt (\(reason)); kept as \(movedTo)"
         case .unsupportedVersion(let path, let version):
             return "journal \(path) has version \(version); this service reads version \(SessionJournal.version)"
-        case .io(let path, let operation, let code):
-            return "\(operation) \(path): \(String(cString: strerror(code)))"
+        case .io(let error):
+            return "\(error)"
         }
     }
 }
@@ -90,15 +90,15 @@ public struct SessionJournal: Sendable {
         let data = Array(JournalRecord(state).json().serialized().utf8)
         // One level only: the parent is the state directory's business (systemd's StateDirectory=).
         if mkdir(directory, 0o700) != 0, errno != EEXIST {
-            throw .io(path: directory, operation: "mkdir", errno: errno)
+            throw .io(FileError(path: directory, operation: "mkdir", errno: errno))
         }
-        // Earlier versions wrote `journal.json.tmp`; one a crash left is stale.
-        unlink(legacyTemporaryPath)
         do {
             // 0600: the journal holds the owner's identity and the user's settings.
-            try DurableFile.replaceRecycling(path, with: data, mode: 0o600, directory: directory)
+            // Earlier versions wrote `journal.json.tmp`; one a crash left is stale.
+            try DurableFile.replaceRecycling(
+                path, with: data, mode: 0o600, directory: directory, staleFiles: [legacyTemporaryPath])
         } catch {
-            throw .io(path: error.path, operation: error.operation, errno: error.errno)
+            throw .io(error)
         }
     }
 
@@ -106,7 +106,7 @@ public struct SessionJournal: Sendable {
     /// writing it failed and a stale one would be worse than none.
     public func discard() throws(JournalError) {
         guard unlink(path) == 0 || errno == ENOENT else {
-            throw .io(path: path, operation: "unlink", errno: errno)
+            throw .io(FileError(path: path, operation: "unlink", errno: errno))
         }
         try syncDirectory()
     }
@@ -117,7 +117,7 @@ public struct SessionJournal: Sendable {
         do {
             return try FileContents.read(path)
         } catch {
-            throw .io(path: error.path, operation: error.operation, errno: error.errno)
+            throw .io(error)
         }
     }
 
@@ -125,7 +125,7 @@ public struct SessionJournal: Sendable {
         do {
             try DurableFile.syncDirectory(directory)
         } catch {
-            throw .io(path: error.path, operation: error.operation, errno: error.errno)
+            throw .io(error)
         }
     }
 
@@ -138,7 +138,7 @@ public struct SessionJournal: Sendable {
             attempt += 1
             target = directory + "/journal.corrupt-" + stamp + "." + String(attempt)
         }
-        guard rename(path, target) == 0 else { throw .io(path: path, operation: "rename", errno: errno) }
+        guard rename(path, target) == 0 else { throw .io(FileError(path: path, operation: "rename", errno: errno)) }
         try syncDirectory()
         return .corrupt(path: path, movedTo: target, reason: reason)
     }
