@@ -247,7 +247,7 @@ public final class DconfBackend: SettingsBackend {
         var number = 0
         while getline(&line, &capacity, file) != -1 {
             number += 1
-            let text = String(cString: line!).trimmingWhitespace()
+            let text = String(String(cString: line!).trimmingASCIIWhitespace)
             if text.isEmpty || text.hasPrefix("#") { continue }
             if text.hasPrefix("[") && text.hasSuffix("]") {
                 group = String(text.dropFirst().dropLast())
@@ -258,8 +258,8 @@ public final class DconfBackend: SettingsBackend {
             }
             let key = SettingKey(
                 schema: group.split(separator: "/").joined(separator: "."),
-                key: String(text[..<equals]).trimmingWhitespace())
-            let valueText = String(text[text.index(after: equals)...]).trimmingWhitespace()
+                key: String(text[..<equals].trimmingASCIIWhitespace))
+            let valueText = String(text[text.index(after: equals)...].trimmingASCIIWhitespace)
             do {
                 values[key] = try schemas.parse(valueText, for: key)
             } catch where skippingUnknown {
@@ -332,7 +332,7 @@ public final class DconfBackend: SettingsBackend {
         while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
         let exited = (status & 0x7f) == 0
         let code = (status >> 8) & 0xff
-        let message = String(decoding: stderrBytes, as: UTF8.self).trimmingWhitespace()
+        let message = String(String(decoding: stderrBytes, as: UTF8.self).trimmingASCIIWhitespace)
         if exited && code == 1, !stderrCut, let rebuilt = inode(of: databasePath), rebuilt != databaseBefore,
             let others = otherDatabasesFailing(message)
         {
@@ -415,14 +415,6 @@ public final class DconfBackend: SettingsBackend {
 private func lastError() -> String { String(cString: strerror(errno)) }
 
 extension String {
-    fileprivate func trimmingWhitespace() -> String {
-        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
-        guard let start = firstIndex(where: { !isSpace($0) }), let end = lastIndex(where: { !isSpace($0) }) else {
-            return ""
-        }
-        return String(self[start...end])
-    }
-
     /// Whether `part` occurs in the string, byte for byte (the service does
     /// not link _StringProcessing, whose `contains(_:)` this would be).
     fileprivate func includes(_ part: String) -> Bool {

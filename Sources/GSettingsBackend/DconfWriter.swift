@@ -153,7 +153,7 @@ final class DconfWriter {
     /// descriptions dconf does not know are skipped, as dconf does.
     static func firstUserDatabase(_ profile: String) -> String? {
         for raw in profile.split(separator: "\n", omittingEmptySubsequences: true) {
-            let line = raw.prefix { $0 != "#" }.trimmingWhitespace
+            let line = raw.prefix { $0 != "#" }.trimmingASCIIWhitespace
             guard let colon = line.firstIndex(of: ":") else { continue }
             let kind = line[..<colon]
             let name = line[line.index(after: colon)...]
@@ -180,15 +180,5 @@ final class DconfWriter {
         } catch {
             return .unreadable
         }
-    }
-}
-
-extension Substring {
-    fileprivate var trimmingWhitespace: Substring {
-        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\r" || $0 == "\u{0B}" || $0 == "\u{0C}" }
-        guard let first = firstIndex(where: { !isSpace($0) }), let last = lastIndex(where: { !isSpace($0) }) else {
-            return self[endIndex...]
-        }
-        return self[first...last]
     }
 }
