@@ -10,6 +10,7 @@ CheckAuthorization (SimulateHangActions) so that the call is in flight while
 the test looks at guidedaccessctl's children in /proc.
 """
 
+import contextlib
 import os
 import shutil
 import signal
@@ -246,7 +247,11 @@ def ask_for_password(ga_env, registrations, term):
     return replies
 
 
-def test_ending_the_agent_while_it_asks_for_a_password_leaves_the_terminal_as_it_was(ga_env, system):
+@contextlib.contextmanager
+def agent_asking_for_a_password(ga_env, system):
+    """guidedaccessctl start in a terminal, its agent in the middle of the
+    password prompt; yields (terminal, agent pid, terminal settings from
+    before) and closes the terminal afterwards."""
     registrations = Registrations(ga_env)
     term = ctl_in_terminal(ga_env, "start")
     try:
@@ -254,6 +259,13 @@ def test_ending_the_agent_while_it_asks_for_a_password_leaves_the_terminal_as_it
         wait_until_held(system)
         [agent] = agents_of(term.pid)
         ask_for_password(ga_env, registrations, term)
+        yield term, agent, before
+    finally:
+        term.close()
+
+
+def test_ending_the_agent_while_it_asks_for_a_password_leaves_the_terminal_as_it_was(ga_env, system):
+    with agent_asking_for_a_password(ga_env, system) as (term, agent, before):
         assert "AUTHENTICATING FOR " + START in term.screen.decode()
         # polkit answers without the password (the mock): guidedaccessctl
         # ends the agent in the middle of its prompt.
@@ -262,23 +274,13 @@ def test_ending_the_agent_while_it_asks_for_a_password_leaves_the_terminal_as_it
         assert term.wait() == 0, term.screen
         assert not os.path.exists(f"/proc/{agent}")
         assert termios.tcgetattr(term.master) == before
-    finally:
-        term.close()
 
 
 def test_an_agent_killed_while_it_asks_for_a_password_leaves_the_terminal_as_it_was(ga_env, system):
-    registrations = Registrations(ga_env)
-    term = ctl_in_terminal(ga_env, "start")
-    try:
-        before = termios.tcgetattr(term.master)
-        wait_until_held(system)
-        [agent] = agents_of(term.pid)
-        ask_for_password(ga_env, registrations, term)
+    with agent_asking_for_a_password(ga_env, system) as (term, agent, before):
         # SIGKILL: pkttyagent cannot put the terminal back itself.
         os.kill(agent, signal.SIGKILL)
         system.ReleaseHangingCalls(dbus_interface=MOCK)
         term.drain()
         assert term.wait() == 0, term.screen
         assert termios.tcgetattr(term.master) == before
-    finally:
-        term.close()
