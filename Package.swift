@@ -56,10 +56,20 @@ let package = Package(
         // GLib's GKeyFile for the service's configuration files and drop-ins.
         .target(name: "KeyFile", dependencies: ["CGio"]),
 
+        // The kiosk's graphical session: its displays and desktop, and the
+        // screen reader the service runs in it.
+        .target(
+            name: "KioskSession",
+            dependencies: [
+                "DBus", "GuidedAccessCore", "CProcess", "CLinux", .product(name: "Logging", package: "swift-log"),
+            ]),
+
         // The org.guidedaccess.GuidedAccess1 service on the DBus layer.
         .target(
             name: "GuidedAccessService",
-            dependencies: ["DBus", "GuidedAccessCore", .product(name: "Logging", package: "swift-log")]),
+            dependencies: [
+                "DBus", "GuidedAccessCore", "KioskSession", .product(name: "Logging", package: "swift-log"),
+            ]),
         .executableTarget(
             name: "guidedaccessd",
             dependencies: [

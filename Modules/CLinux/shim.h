@@ -5,5 +5,6 @@
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <sys/signalfd.h>
+#include <sys/inotify.h>
 #include <signal.h>
 #endif

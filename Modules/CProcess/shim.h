@@ -75,4 +75,104 @@ static inline pid_t ga_fork_agent(const char *path, char *const argv[], char *co
     _exit(127);
 }
 
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+/* Starts `path` as a program of the kiosk's session (the screen reader): in
+ * a session of its own (so signals to the service's group never reach it),
+ * every signal at its default and none blocked, stdin and stdout on
+ * /dev/null, stderr shared with the service (its log), no other descriptor.
+ * Returns the pid once exec has succeeded, or -errno of the failed step
+ * (an exec failure is reported through a close-on-exec pipe). */
+static inline pid_t ga_spawn_program(const char *path, char *const argv[], char *const envp[]) {
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int error = errno;
+        close(report[0]);
+        close(report[1]);
+        return -error;
+    }
+    if (pid == 0) {
+        struct sigaction action;
+        sigset_t none;
+        int sig, null, error;
+        for (sig = 1; sig < _NSIG; sig++) {
+            if (sig == SIGKILL || sig == SIGSTOP)
+                continue;
+            sigemptyset(&action.sa_mask);
+            action.sa_flags = 0;
+            action.sa_handler = SIG_DFL;
+            (void) sigaction(sig, &action, NULL);
+        }
+        sigemptyset(&none);
+        (void) sigprocmask(SIG_SETMASK, &none, NULL);
+        if (setsid() < 0)
+            goto failed;
+        null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(null, STDOUT_FILENO) < 0)
+            goto failed;
+#ifdef SYS_close_range
+        /* Everything but the report pipe (close-on-exec itself). */
+        if (report[1] > 3)
+            (void) syscall(SYS_close_range, 3U, (unsigned) report[1] - 1, 0U);
+        (void) syscall(SYS_close_range, (unsigned) report[1] + 1, ~0U, 0U);
+#endif
+        execve(path, argv, envp);
+    failed:
+        error = errno;
+        (void) !write(report[1], &error, sizeof error);
+        _exit(127);
+    }
+    close(report[1]);
+    int error = 0;
+    ssize_t n;
+    do
+        n = read(report[0], &error, sizeof error);
+    while (n < 0 && errno == EINTR);
+    close(report[0]);
+    if (n == (ssize_t) sizeof error) {
+        (void) waitpid(pid, NULL, 0);
+        return -error;
+    }
+    return pid;
+}
+
+/* A descriptor that refers to process `pid` and no later one with its pid;
+ * readable once it has exited. -errno on failure. */
+static inline int ga_pidfd_open(pid_t pid) {
+    long fd = syscall(SYS_pidfd_open, pid, 0U);
+    return fd < 0 ? -errno : (int) fd;
+}
+
+static inline int ga_pidfd_send_signal(int pidfd, int sig) {
+    return syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0U) < 0 ? -errno : 0;
+}
+
+/* Reaps the child `pidfd` refers to if it has exited: its wait status
+ * (as waitpid gives it), or -errno (ECHILD for a process that is not our
+ * child, EAGAIN when it is still running). */
+static inline int ga_pidfd_reap(int pidfd) {
+    siginfo_t info;
+    info.si_pid = 0;
+    if (waitid((idtype_t) 3 /* P_PIDFD */, (id_t) pidfd, &info, WEXITED | WNOHANG) < 0)
+        return -errno;
+    if (info.si_pid == 0)
+        return -EAGAIN;
+    return info.si_code == CLD_EXITED ? (info.si_status & 0xff) << 8 : (info.si_status & 0x7f);
+}
+
+/* The pid of the process at the other end of a connected unix socket. */
+static inline pid_t ga_socket_peer_pid(int fd) {
+    /* struct ucred { pid_t pid; uid_t uid; gid_t gid; }, which glibc
+     * declares only for _GNU_SOURCE. */
+    int credentials[3];
+    socklen_t size = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, 17 /* SO_PEERCRED */, credentials, &size) < 0)
+        return -errno;
+    return (pid_t) credentials[0];
+}
+
 #endif

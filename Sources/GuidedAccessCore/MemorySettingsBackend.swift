@@ -45,6 +45,7 @@ public final class MemorySettingsBackend: SettingsBackend {
         gnome43Keys.merging([.reducedMotion: .choice(["no-preference", "reduce"])]) { old, _ in old }
 
     public let name = "memory"
+    public var realisesEveryFeature: Bool { true }
     public let knownKeys: [SettingKey: KeyType]
     /// The user values; a key not in it is unset.
     public private(set) var values: [SettingKey: SettingValue]

@@ -63,6 +63,8 @@ public struct ServiceConfiguration: Hashable, Sendable {
     }
 
     public var backend: BackendKind
+    /// `[Service] Desktop=`: the session the features act on; nil (`auto`) = detect it.
+    public var desktop: Desktop?
     /// nil when the file has no `[Clients]` group, which in user mode admits
     /// the bus's own user; a present but empty group admits nobody by list.
     public var clients: ClientLists?
@@ -74,6 +76,7 @@ public struct ServiceConfiguration: Hashable, Sendable {
     /// The configuration with no file: the mode's defaults.
     public init(defaultsFor mode: ServiceMode) {
         backend = mode == .system ? .dconf : .gsettings
+        desktop = nil
         clients = nil
         operators = nil
         session = SessionDefaults()
@@ -91,6 +94,14 @@ public struct ServiceConfiguration: Hashable, Sendable {
                 throw entry.error("expected one of " + BackendKind.allCases.map { $0.rawValue }.joined(separator: ", "))
             }
             backend = kind
+        case ("Service", "Desktop"):
+            if entry.trimmed == "auto" {
+                desktop = nil
+            } else if let named = Desktop(rawValue: entry.trimmed) {
+                desktop = named
+            } else {
+                throw entry.error("expected auto or one of " + Desktop.allCases.map { $0.rawValue }.joined(separator: ", "))
+            }
         case ("Clients", "AllowUsers"): clients!.allowUsers = try entry.list()
         case ("Clients", "AllowGroups"): clients!.allowGroups = try entry.list()
         case ("Clients", "AllowExecutables"):

@@ -80,6 +80,9 @@ public struct Session: Hashable, Sendable {
     public var deadlineUsec: UInt64
     /// For each key the session wrote, its value before the session.
     public var snapshot: [SettingKey: StoredValue]
+    /// The screen reader the service started for this session, if any: a
+    /// restarted service adopts it, or stops it when the session is over.
+    public var screenReader: ProgramRecord?
 
     /// A session about to start. Its features are already the requested
     /// ones: the handler writes `keyMap.change(from: [], to: features)`.
@@ -93,7 +96,8 @@ public struct Session: Hashable, Sendable {
     /// Every field, as the journal stores them.
     public init(
         owner: String?, ownerIdentity: OwnerIdentity, features: Set<Feature>, zoomFactor: Double,
-        textScale: Double, inhibitSleep: Bool, deadlineUsec: UInt64, snapshot: [SettingKey: StoredValue]
+        textScale: Double, inhibitSleep: Bool, deadlineUsec: UInt64, snapshot: [SettingKey: StoredValue],
+        screenReader: ProgramRecord? = nil
     ) {
         self.owner = owner
         self.ownerIdentity = ownerIdentity
@@ -103,6 +107,7 @@ public struct Session: Hashable, Sendable {
         self.inhibitSleep = inhibitSleep
         self.deadlineUsec = deadlineUsec
         self.snapshot = snapshot
+        self.screenReader = screenReader
     }
 
     public var keyMapOptions: FeatureKeyMap.Options {

@@ -159,6 +159,7 @@ struct JournalRecord {
         var inhibitSleep: Bool
         var deadlineUsec: UInt64
         var snapshot: [SnapshotEntry]
+        var screenReader: ProgramRecord?
     }
 
     /// One key's value before the session: `unset`, or exactly one of the values.
@@ -198,7 +199,7 @@ struct JournalRecord {
                     case nil: break
                     }
                     return entry
-                })
+                }, screenReader: s.screenReader)
         }
         restrictions = state.restrictions.sorted { $0.identifier < $1.identifier }.map {
             RestrictionRecord(identifier: $0.identifier, text: $0.text, detail: $0.detail, state: $0.state.rawValue)
@@ -226,7 +227,7 @@ struct JournalRecord {
             return Session(
                 owner: s.owner, ownerIdentity: OwnerIdentity(uid: s.ownerUID, executablePath: s.ownerExecutable),
                 features: features, zoomFactor: s.zoomFactor, textScale: s.textScale, inhibitSleep: s.inhibitSleep,
-                deadlineUsec: s.deadlineUsec, snapshot: snapshot)
+                deadlineUsec: s.deadlineUsec, snapshot: snapshot, screenReader: s.screenReader)
         }
         let restrictions = try self.restrictions.map { r in
             guard let state = RestrictionState(rawValue: r.state) else {
@@ -309,6 +310,16 @@ extension JournalRecord.SessionRecord {
         if let ownerExecutable { members.append(("ownerExecutable", .string(ownerExecutable))) }
         members += [
             ("ownerUID", .number(String(ownerUID))),
+        ]
+        if let screenReader {
+            members.append(
+                ("screenReader",
+                 .object([
+                    ("bootID", .string(screenReader.bootID)), ("pid", .number(String(screenReader.pid))),
+                    ("startTime", .number(String(screenReader.startTime))),
+                 ])))
+        }
+        members += [
             ("snapshot", .array(snapshot.map { $0.json() })),
             ("textScale", .number(String(textScale))),
             ("zoomFactor", .number(String(zoomFactor))),
@@ -330,6 +341,14 @@ extension JournalRecord.SessionRecord {
         deadlineUsec = try json.integer("deadlineUsec")
         snapshot = try json.array("snapshot").map { item throws(JournalRecord.Invalid) in
             try JournalRecord.SnapshotEntry(json: item)
+        }
+        if let program = json["screenReader"], program != .null {
+            let pid: Int32 = try program.integer("pid")
+            guard pid > 0 else { throw .init(reason: "the screen reader's pid \(pid) is not a process id") }
+            screenReader = ProgramRecord(
+                pid: pid, startTime: try program.integer("startTime"), bootID: try program.string("bootID"))
+        } else {
+            screenReader = nil
         }
     }
 }

@@ -94,6 +94,11 @@ public protocol SettingsBackend: AnyObject {
     /// The name reported in the `Backend` property (`gsettings`, `dconf`, `memory`).
     var name: String { get }
 
+    /// True for a backend that stands for a whole kiosk by itself (memory,
+    /// for tests and benchmarks): every feature whose keys it has counts as
+    /// delivered, whatever the desktop.
+    var realisesEveryFeature: Bool { get }
+
     /// Whether the key exists on this system with the expected value type.
     func availability(of key: SettingKey, for value: SettingValue) -> SettingAvailability
 
@@ -118,5 +123,7 @@ public protocol SettingsBackend: AnyObject {
 }
 
 extension SettingsBackend {
+    public var realisesEveryFeature: Bool { false }
+
     public func startedWithoutSession() throws(SettingsBackendError) -> [SettingKey] { [] }
 }

@@ -7,6 +7,8 @@ import Logging
 /// them all.
 public enum AuditEvent: String, Sendable, CaseIterable {
     case sessionStarted, sessionResumed, sessionEnded, featuresChanged, restrictionChanged, callDenied
+    /// The screen reader the service runs exited too often; it stays off.
+    case screenReaderGaveUp
 
     public var messageID: String {
         switch self {
@@ -16,6 +18,16 @@ public enum AuditEvent: String, Sendable, CaseIterable {
         case .featuresChanged: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a54"
         case .restrictionChanged: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a55"
         case .callDenied: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a56"
+        case .screenReaderGaveUp: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a57"
+        }
+    }
+
+    /// syslog priority: a refusal is a warning, a screen reader given up an error.
+    var priority: Int {
+        switch self {
+        case .callDenied: return 4
+        case .screenReaderGaveUp: return 3
+        default: return 5
         }
     }
 }
@@ -36,7 +48,7 @@ public struct AuditLog: Sendable {
         _ event: AuditEvent, caller: CallerIdentity?, _ message: String, fields: [String: String] = [:]
     ) {
         var all: [(String, String)] = [
-            ("MESSAGE", message), ("MESSAGE_ID", event.messageID), ("PRIORITY", event == .callDenied ? "4" : "5"),
+            ("MESSAGE", message), ("MESSAGE_ID", event.messageID), ("PRIORITY", String(event.priority)),
             ("SYSLOG_IDENTIFIER", "guidedaccessd"), ("GUIDEDACCESS_EVENT", event.rawValue),
         ]
         if let caller {
@@ -49,7 +61,8 @@ public struct AuditLog: Sendable {
         if !send(all) {
             // At the record's own priority: a refusal is a warning.
             let text = all.dropFirst().map { "\($0.0)=\($0.1)" }.joined(separator: " ")
-            logger.log(level: event == .callDenied ? .warning : .notice, "audit: \(message) [\(text)]")
+            let level: Logger.Level = event.priority <= 3 ? .error : event.priority == 4 ? .warning : .notice
+            logger.log(level: level, "audit: \(message) [\(text)]")
         }
     }
 

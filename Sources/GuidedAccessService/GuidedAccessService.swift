@@ -1,6 +1,7 @@
 import DBus
 import Glibc
 import GuidedAccessCore
+import KioskSession
 import Logging
 
 /// The `org.guidedaccess.GuidedAccess1` service: sessions, features and
@@ -25,13 +26,21 @@ public actor GuidedAccessService {
         /// The system bus, for logind's sleep inhibitor; nil when there is none.
         public var systemBus: @Sendable () async -> Connection?
         public var audit: AuditLog
+        /// `[Service] Desktop=`; nil detects it.
+        public var desktop: Desktop?
+        /// User mode: the service's own environment, which is its session's
+        /// (displays, XDG_RUNTIME_DIR, the session bus); what the screen reader gets.
+        public var sessionEnvironment: [String: String]
 
         public init(
             mode: ServiceMode, policy: AccessPolicy, defaults: SessionDefaults, journal: SessionJournal,
-            authority: any Authority, audit: AuditLog,
+            authority: any Authority, audit: AuditLog, desktop: Desktop? = nil,
+            sessionEnvironment: [String: String] = [:],
             systemBus: @escaping @Sendable () async -> Connection? = { nil }
         ) {
             self.audit = audit
+            self.desktop = desktop
+            self.sessionEnvironment = sessionEnvironment
             self.mode = mode
             self.policy = policy
             self.defaults = defaults
@@ -45,7 +54,21 @@ public actor GuidedAccessService {
     let backend: any SettingsBackend
     let settings: Settings
     let keyMap: FeatureKeyMap
-    let supported: Set<Feature>
+    /// Features whose keys this system's backend has.
+    let backendSupported: Set<Feature>
+    /// `SupportedFeatures`: what the person at the kiosk would get now
+    /// (`updateSupport`), and why each other feature is not offered.
+    var supported: Set<Feature> = []
+    var unsupportedReasons: [Feature: String] = [:]
+    /// The desktop the features act on (`Desktop`), and what decided it.
+    var desktop: Desktop = .none
+    var display = SessionDisplay()
+    var sessionStartsScreenReader = false
+    var desktopWatch: [SubscriptionToken] = []
+    var socketWatch: DisplaySocketWatch?
+    /// The screen reader the service runs where nothing in the session
+    /// starts one (user mode, a backend that writes real settings).
+    let screenReader: ScreenReader?
     let backendName: String
     let logger: Logger
 
@@ -72,7 +95,12 @@ public actor GuidedAccessService {
         self.logger = logger
         backendName = backend.name
         inhibitor = SleepInhibitor(systemBus: settings.systemBus, logger: logger)
-        (supported, keyMap) = FeatureKeyMap.probe { backend.availability(of: $0.key, for: $0.exampleValue) == .available }
+        (backendSupported, keyMap) = FeatureKeyMap.probe {
+            backend.availability(of: $0.key, for: $0.exampleValue) == .available
+        }
+        screenReader =
+            settings.mode == .user && backend.realisesEveryFeature == false
+            ? ScreenReader(loop: connection.loop, logger: logger) : nil
     }
 
     // MARK: Start-up
@@ -80,10 +108,11 @@ public actor GuidedAccessService {
     /// Recovers the journal, then exports the object. The caller requests
     /// the bus name afterwards, so no call reaches a half-built service.
     public func start() async throws {
-        let unsupported = Feature.allCases.filter { !supported.contains($0) }.map { $0.wireName }
-        let missing = unsupported.isEmpty ? "" : "; not supported here: \(unsupported.joined(separator: ", "))"
-        logger.info(
-            "backend \(backendName): supported features \(supported.sortedWireNames.joined(separator: ", "))\(missing)")
+        screenReader?.onEvent { [self] event in
+            Task(executorPreference: connection.loop) { await self.screenReaderEvent(event) }
+        }
+        await detectDesktop()
+        logSupport()
         try await recoverJournal()
         try await connection.export([interface()], at: Self.path)
     }
@@ -128,6 +157,7 @@ public actor GuidedAccessService {
         )
         if recovered.isExpired(nowUsec: Self.nowUsec()) {
             logger.notice("its time limit passed while the service was down; ending it")
+            if let leftOver = recovered.screenReader { screenReader?.stopLeftOver(leftOver) }
             do {
                 try await endSession(reason: "time-limit")
             } catch {
@@ -138,6 +168,7 @@ public actor GuidedAccessService {
         }
         if let owner = recovered.owner { await watchOwner(owner) }
         scheduleDeadline()
+        resumeScreenReader()
         if recovered.inhibitSleep { await inhibitor.acquire() }
     }
 
@@ -247,7 +278,8 @@ public actor GuidedAccessService {
                 Property("EnabledFeatures", "as") { [self] in
                     (await session?.features ?? []).sortedWireNames.dbusValue
                 },
-                Property("SupportedFeatures", "as", changes: .constant) { [self] in supported.sortedWireNames.dbusValue },
+                Property("SupportedFeatures", "as") { [self] in await supported.sortedWireNames.dbusValue },
+                Property("Desktop", "s") { [self] in .string(await desktop.rawValue) },
                 Property("Backend", "s", changes: .constant) { [self] in .string(backendName) },
                 Property("Version", "s", changes: .constant) { .string(GuidedAccessService.version) },
             ],
@@ -262,7 +294,7 @@ public actor GuidedAccessService {
     func startSession(_ call: MethodCall) async throws {
         let raw: [String: Variant] = try call.argument(0)
         let options = try SessionOptions(parsing: raw.mapValues(Self.optionValue), defaults: settings.defaults)
-        try Feature.requireSupported(options.features, supported: supported)
+        try requireSupported(options.features)
 
         let caller = try await identify(call)
         let method = SessionMethod.startSession(hasOptions: !raw.isEmpty)
@@ -278,6 +310,7 @@ public actor GuidedAccessService {
             var new = Session(owner: caller, options: options, nowUsec: Self.nowUsec())
             let change = keyMap.change(from: [], to: new.features, options: new.keyMapOptions)
             try write(change, into: &new)
+            try startScreenReaderIfTurnedOn(from: [], in: &new, undoing: change)
             session = new
             sessionGeneration &+= 1
             let generation = sessionGeneration
@@ -309,7 +342,7 @@ public actor GuidedAccessService {
         let enabled: Bool = try call.argument(1)
         guard !names.isEmpty else { throw GuidedAccessError.invalidArgs("the list of features is empty") }
         let requested = try Feature.parse(names)
-        if enabled { try Feature.requireSupported(requested, supported: supported) }
+        if enabled { try requireSupported(requested) }
 
         let caller = try await identify(call)
         let generation = sessionGeneration
@@ -323,8 +356,11 @@ public actor GuidedAccessService {
         let features = enabled ? new.features.union(requested) : new.features.subtracting(requested)
         guard features != new.features else { return }
         let change = keyMap.change(from: new.features, to: features, options: new.keyMapOptions)
+        let before = new.features
         new.features = features
         try write(change, into: &new)
+        try startScreenReaderIfTurnedOn(from: before, in: &new, undoing: change)
+        stopScreenReaderIfTurnedOff(from: before, in: &new)
         session = new
         logger.info("features \(enabled ? "on" : "off"): \(requested.sortedWireNames); now \(features.sortedWireNames)")
         settings.audit.record(
@@ -392,6 +428,7 @@ public actor GuidedAccessService {
         }
         let reset = registry.resetAll()
         session = nil
+        screenReader?.stop()
         deadlineTask?.cancel()
         deadlineTask = nil
         let watch = ownerWatch
@@ -497,7 +534,7 @@ public actor GuidedAccessService {
         }
     }
 
-    private func record(_ new: Session?) throws {
+    func record(_ new: Session?) throws {
         do {
             try settings.journal.record(JournalState(session: new, restrictions: registry.restrictions))
             journalWritten()
@@ -739,7 +776,7 @@ public actor GuidedAccessService {
 
     // MARK: Announcements
 
-    private func announce() async {
+    func announce() async {
         await connection.propertiesChanged(path: Self.path, interface: Self.interfaceName)
     }
 

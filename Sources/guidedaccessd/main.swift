@@ -66,6 +66,20 @@ func environment(_ name: String) -> String? {
     getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
 }
 
+/// The whole environment: in user mode it is the session's.
+func processEnvironment() -> [String: String] {
+    var result: [String: String] = [:]
+    var entry = environ
+    while let pointer = entry.pointee {
+        let text = String(cString: pointer)
+        if let equals = text.firstIndex(of: "=") {
+            result[String(text[..<equals])] = String(text[text.index(after: equals)...])
+        }
+        entry += 1
+    }
+    return result
+}
+
 func homeDirectory() -> String {
     environment("HOME") ?? getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } } ?? "/"
 }
@@ -180,6 +194,7 @@ func serve(
                 audit: AuditLog(
                     socketPath: environment("GUIDEDACCESS_JOURNAL_SOCKET") ?? "/run/systemd/journal/socket",
                     logger: logger),
+                desktop: configuration.desktop, sessionEnvironment: processEnvironment(),
                 systemBus: { await systemBus.connection() }),
             logger: logger)
         try await service.start()

@@ -10,6 +10,8 @@ CONFIG = """\
 # (LockOutsideSession=true, the default, is tried on its own at the end).
 [Service]
 Backend=dconf
+# The kiosk runs GNOME; this container has no graphical session to detect.
+Desktop=gnome-shell
 
 [Dconf]
 DatabaseDir=/etc/dconf/db

@@ -190,6 +190,10 @@ def parse_gvariant(text):
 
 # ---------------------------------------------------------------- environment
 
+GNOME_DESKTOP_CONFIG = "[Service]\nDesktop=gnome-shell\n"
+GNOME_SESSION_NAME = "org.gnome.SessionManager"
+
+
 
 class GAEnv:
     """A private session bus with real dconf and a private environment."""
@@ -243,6 +247,19 @@ class GAEnv:
         self.daemons = []
         self._connections = []
         self._extra_processes = []
+        self.stand_for_gnome()
+
+    def stand_for_gnome(self):
+        """What a bare bus stands for in these tests: a GNOME session. The
+        service is told its desktop ([Service] Desktop=gnome-shell in the
+        user's default configuration file, the spec's way where detection
+        cannot), and gnome-session's name is on the bus, so the session, not
+        the service, starts Orca from `screen-reader-enabled`: every feature
+        is its keys, as settings-mapping.md maps them."""
+        config = Path(self.env["XDG_CONFIG_HOME"]) / "guidedaccess" / "guidedaccess.conf"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(GNOME_DESKTOP_CONFIG)
+        self.connect(mainloop=False).request_name(GNOME_SESSION_NAME)
 
     def start_system_bus(self):
         """A second private bus, of type system, for fakes of system

@@ -34,7 +34,7 @@ def start(rec, **options):
 
 
 def test_session_defaults_come_from_the_config(ga_env):
-    config = ga_env.write_config("[Session]\nTimeLimitSec=600\nZoomFactor=3.0\nTextScale=1.25\nInhibitSleep=false\n")
+    config = ga_env.write_config("[Service]\nDesktop=gnome-shell\n[Session]\nTimeLimitSec=600\nZoomFactor=3.0\nTextScale=1.25\nInhibitSleep=false\n")
     start_guidedaccessd(ga_env, config=config)
     rec = Recorder(ga_env)
     before = time.time()
@@ -46,7 +46,7 @@ def test_session_defaults_come_from_the_config(ga_env):
 
 
 def test_options_override_the_config_defaults(ga_env):
-    config = ga_env.write_config("[Session]\nTimeLimitSec=600\nZoomFactor=3.0\n")
+    config = ga_env.write_config("[Service]\nDesktop=gnome-shell\n[Session]\nTimeLimitSec=600\nZoomFactor=3.0\n")
     start_guidedaccessd(ga_env, config=config)
     rec = Recorder(ga_env)
     start(rec, **{"time-limit": dbus.UInt64(0), "zoom-factor": dbus.Double(7.0),
@@ -63,7 +63,7 @@ def test_every_option_with_a_valid_value_is_accepted(ga_env, gad, rec):
 
 
 def test_drop_ins_are_read_in_name_order_after_the_file(ga_env):
-    config = ga_env.write_config("[Service]\nBackend=gsettings\n")
+    config = ga_env.write_config("[Service]\nBackend=gsettings\nDesktop=gnome-shell\n")
     drop_ins = Path(str(config) + ".d")
     drop_ins.mkdir()
     (drop_ins / "20-later.conf").write_text("[Service]\nBackend=memory\n")
@@ -99,7 +99,7 @@ def test_an_invalid_config_is_a_start_up_error_naming_file_group_key_value(ga_en
 
 
 def test_clients_allow_users_admits_that_user_and_no_longer_the_bus_user(ga_env, errmon_factory):
-    config = ga_env.write_config("[Clients]\nAllowUsers=nobody\n")
+    config = ga_env.write_config("[Service]\nDesktop=gnome-shell\n[Clients]\nAllowUsers=nobody\n")
     daemon = start_guidedaccessd(ga_env, config=config)
     monitor = errmon_factory()
     name, message = monitor.busctl_error(daemon, "StartSession", *busctl_options())  # root, not listed
@@ -113,7 +113,7 @@ def test_clients_allow_users_admits_that_user_and_no_longer_the_bus_user(ga_env,
 
 
 def test_clients_allow_executables_admits_only_that_executable(ga_env, errmon_factory):
-    config = ga_env.write_config("[Clients]\nAllowExecutables=/usr/bin/gdbus\n")
+    config = ga_env.write_config("[Service]\nDesktop=gnome-shell\n[Clients]\nAllowExecutables=/usr/bin/gdbus\n")
     daemon = start_guidedaccessd(ga_env, config=config)
     monitor = errmon_factory()
     name, message = monitor.busctl_error(daemon, "StartSession", *busctl_options())
@@ -123,7 +123,7 @@ def test_clients_allow_executables_admits_only_that_executable(ga_env, errmon_fa
 
 
 def test_operators_group_without_the_bus_user_denies_it_end_session_of_others(ga_env, errmon_factory):
-    config = ga_env.write_config("[Operators]\nAllowUsers=nobody\n")
+    config = ga_env.write_config("[Service]\nDesktop=gnome-shell\n[Operators]\nAllowUsers=nobody\n")
     daemon = start_guidedaccessd(ga_env, config=config)
     monitor = errmon_factory()
     rec = Recorder(ga_env)
@@ -242,8 +242,7 @@ def without_state_dir(daemon):
 
 def test_the_default_config_is_xdg_config_home_guidedaccess_conf(ga_env):
     path = ga_env.root / "config" / "guidedaccess" / "guidedaccess.conf"
-    path.parent.mkdir()
-    path.write_text("[Service]\nBackend=memory\n")
+    path.write_text("[Service]\nBackend=memory\n")  # over the GNOME default GAEnv writes there
     start_guidedaccessd(ga_env)
     assert Recorder(ga_env).prop("Backend") == "memory"
 

@@ -241,6 +241,7 @@ def test_introspection_declares_the_api(ga_env, gad, rec):
         "EnabledFeatures": ("property", "as", "0"),
         "SupportedFeatures": ("property", "as", "8"),  # busctl: count, then the items
         "Backend": ("property", "s", '"gsettings"'),
+        "Desktop": ("property", "s", '"gnome-shell"'),
         "Version": ("property", "s", members.get("Version", ("", "", ""))[2]),
     }
 

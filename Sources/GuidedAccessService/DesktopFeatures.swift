@@ -1,0 +1,289 @@
+import DBus
+import Glibc
+import GuidedAccessCore
+import KioskSession
+
+/// Which desktop the features act on, what that makes of `SupportedFeatures`,
+/// and the screen reader the service starts where the session does not
+/// (spec: "Making features real").
+extension GuidedAccessService {
+    // MARK: Detection
+
+    /// Detects the desktop at start-up; in user mode it is then followed
+    /// (names on the bus, display sockets coming and going).
+    func detectDesktop() async {
+        if settings.mode == .system {
+            let source: String
+            if let configured = settings.desktop {
+                (desktop, source) = (configured, "[Service] Desktop=")
+            } else {
+                (desktop, source) = await systemDesktop()
+            }
+            sessionStartsScreenReader = SessionProbe.desktopStartsScreenReader()
+            logger.info(
+                "desktop: \(desktop) (\(source)); screen reader \(sessionStartsScreenReader ? "started by the desktop from its key" : "not started by any installed desktop")"
+            )
+            updateSupport()
+            return
+        }
+        let loop = connection.loop
+        for name in Desktop.watchedBusNames {
+            do {
+                desktopWatch.append(
+                    try await connection.subscribe(.nameOwnerChanged(for: name)) { [self] _ in
+                        Task(executorPreference: loop) { await self.redetectDesktop() }
+                    })
+            } catch {
+                logger.error("desktop: cannot follow \(name) on the bus: \(error)")
+            }
+        }
+        let probe = SessionProbe(environment: settings.sessionEnvironment)
+        socketWatch = DisplaySocketWatch(
+            directories: [probe.runtimeDirectory, "/tmp/.X11-unix"].compactMap { $0 }, loop: loop
+        ) { [self] in
+            Task(executorPreference: loop) { await self.redetectDesktop() }
+        }
+        await redetectDesktop(initial: true)
+    }
+
+    /// User mode: the desktop as the session shows it now. Announces a change.
+    func redetectDesktop(initial: Bool = false) async {
+        let probe = SessionProbe(environment: settings.sessionEnvironment)
+        var names: Set<String> = []
+        for name in Desktop.watchedBusNames where (try? await connection.nameOwner(name)) != nil {
+            names.insert(name)
+        }
+        let display = probe.display()
+        let detected = settings.desktop ?? Desktop.detect(probe.evidence(busNames: names, display: display))
+        let startsScreenReader = names.contains(Desktop.gnomeSessionBusName)
+        guard initial || detected != desktop || display != self.display || startsScreenReader != sessionStartsScreenReader
+        else { return }
+        let source = settings.desktop != nil ? "[Service] Desktop=" : "detected"
+        if !initial { logger.notice("desktop: now \(detected) (\(source); \(display))") }
+        desktop = detected
+        self.display = display
+        sessionStartsScreenReader = startsScreenReader
+        if initial {
+            logger.info(
+                "desktop: \(desktop) (\(source); \(display)); screen reader \(startsScreenReader ? "started by gnome-session from its key" : "started by the service")"
+            )
+            updateSupport()
+        } else {
+            updateSupport()
+            logSupport()
+            await announce()
+        }
+    }
+
+    /// System mode (spec): the active graphical session on seat0 from
+    /// logind, else the desktop installed.
+    private func systemDesktop() async -> (Desktop, String) {
+        if let (name, type) = await activeSeatSession(), type == "wayland" || type == "x11" {
+            if let named = Desktop.named(sessionDesktop: name) { return (named, "logind: seat0's session, \(name)") }
+            if type == "x11" { return (.x11, "logind: seat0's session, X11") }
+        }
+        if access("/usr/bin/gnome-shell", X_OK) == 0 { return (.gnomeShell, "gnome-shell is installed") }
+        return (.none, "no graphical session on seat0, no desktop installed")
+    }
+
+    /// seat0's active session's `Desktop` and `Type`, or nil (no logind, no
+    /// active session, no answer within 2 s).
+    private func activeSeatSession() async -> (String, String)? {
+        let login1 = "org.freedesktop.login1"
+        func property(_ path: ObjectPath, _ interface: String, _ name: String) async -> DBusValue? {
+            let reply = try? await connection.call(
+                destination: login1, path: path, interface: "org.freedesktop.DBus.Properties", member: "Get",
+                [.string(interface), .string(name)], timeout: .seconds(2))
+            guard case .variant(let value)? = reply?.first else { return nil }
+            return value
+        }
+        guard case .structure(let active)? = await property("/org/freedesktop/login1/seat/seat0", "org.freedesktop.login1.Seat", "ActiveSession"),
+            active.count == 2, case .objectPath(let path) = active[1], path.description != "/"
+        else { return nil }
+        guard case .string(let name)? = await property(path, "org.freedesktop.login1.Session", "Desktop"),
+            case .string(let type)? = await property(path, "org.freedesktop.login1.Session", "Type")
+        else { return nil }
+        return (name, type)
+    }
+
+    // MARK: What is supported
+
+    /// How the detected desktop realises features now.
+    var realisation: FeatureRealisation {
+        desktop.realisation(sessionStartsScreenReader: sessionStartsScreenReader)
+    }
+
+    /// Whether the service itself must run the screen reader for `screen-reader`.
+    var runsScreenReader: Bool { screenReader != nil && realisation.screenReaderByService }
+
+    /// `SupportedFeatures` and the reason for each feature left out: the
+    /// backend must have the keys; then the desktop must act on them, or
+    /// (the screen reader) the service must be able to start one.
+    func updateSupport() {
+        var supported: Set<Feature> = []
+        var reasons: [Feature: String] = [:]
+        let installation = SessionProbe(environment: settings.sessionEnvironment).screenReaderInstallation(display: display)
+        for feature in Feature.allCases {
+            if !backendSupported.contains(feature) {
+                reasons[feature] = "feature '\(feature)' is not supported by this system's settings backend"
+            } else if !backend.realisesEveryFeature, let reason = undelivered(feature, installation) {
+                reasons[feature] = reason
+            } else {
+                supported.insert(feature)
+            }
+        }
+        self.supported = supported
+        unsupportedReasons = reasons
+    }
+
+    /// Why the person at the kiosk would not get `feature` here, or nil.
+    private func undelivered(_ feature: Feature, _ installation: ScreenReaderInstallation) -> String? {
+        let realisation = self.realisation
+        guard feature == .screenReader else {
+            return realisation.byKeys.contains(feature) ? nil : "\(feature): the desktop '\(desktop)' does not act on it"
+        }
+        if realisation.byKeys.contains(feature) {
+            // The session starts it; it needs something to speak with all the same.
+            return installation.unavailableReason(needsDisplay: false).map { "screen-reader: \($0)" }
+        }
+        if settings.mode == .system, realisation.screenReaderByService {
+            return "screen-reader: in system mode only a desktop that starts the screen reader from its key can have one, and nothing installed here does (Orca's autostart entry, orca.service)"
+        }
+        guard runsScreenReader else { return "screen-reader: the desktop '\(desktop)' has no session to run one in" }
+        return installation.unavailableReason(needsDisplay: true).map { "screen-reader: \($0)" }
+    }
+
+    func logSupport() {
+        let missing = Feature.allCases.compactMap { unsupportedReasons[$0] }
+        let notSupported = missing.isEmpty ? "" : "; not supported: " + missing.joined(separator: "; ")
+        logger.info(
+            "backend \(backendName), desktop \(desktop): supported features \(supported.sortedWireNames.joined(separator: ", "))\(notSupported)"
+        )
+    }
+
+    /// `UnsupportedFeature` for the first (sorted) feature not supported, with its reason.
+    func requireSupported(_ features: Set<Feature>) throws(GuidedAccessError) {
+        guard let missing = features.subtracting(supported).sorted().first else { return }
+        throw .unsupportedFeature(unsupportedReasons[missing] ?? "feature '\(missing)' is not supported here")
+    }
+
+    // MARK: The screen reader
+
+    /// The environment Orca gets: the service's own (its session's), the
+    /// displays found, nothing of the service's systemd unit.
+    private var screenReaderEnvironment: [String: String] {
+        var environment = settings.sessionEnvironment
+        for name in ["NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID", "INVOCATION_ID"] {
+            environment[name] = nil
+        }
+        if let wayland = display.waylandDisplay { environment["WAYLAND_DISPLAY"] = wayland }
+        if let x11 = display.x11Display { environment["DISPLAY"] = x11 }
+        if let xauthority = display.xauthority { environment["XAUTHORITY"] = xauthority }
+        return environment
+    }
+
+    private var orcaPath: String? { SessionProbe(environment: settings.sessionEnvironment).executable("orca") }
+
+    /// After the keys of a call were written: starts the screen reader if
+    /// the call turned `screen-reader` on and the service must run it. If it
+    /// cannot be started, the call's keys are put back (all or nothing) and
+    /// the call fails with `BackendFailed`.
+    func startScreenReaderIfTurnedOn(
+        from before: Set<Feature>, in new: inout Session, undoing change: KeyMapChange
+    ) throws(GuidedAccessError) {
+        guard runsScreenReader, let screenReader, new.features.contains(.screenReader), !before.contains(.screenReader)
+        else { return }
+        do throws(ProgramError) {
+            guard let orca = orcaPath else { throw ProgramError("orca is not installed") }
+            new.screenReader = try screenReader.start(orca: orca, environment: screenReaderEnvironment)
+        } catch {
+            undo(change, of: new, back: before)
+            throw .backendFailed("screen-reader: \(error.message); nothing was changed")
+        }
+        do {
+            try record(new)
+        } catch {
+            logger.error("cannot journal the screen reader's pid \(new.screenReader?.pid ?? 0): \(error)")
+        }
+    }
+
+    /// Stops the screen reader when the call turned `screen-reader` off.
+    func stopScreenReaderIfTurnedOff(from before: Set<Feature>, in new: inout Session) {
+        guard before.contains(.screenReader), !new.features.contains(.screenReader), let screenReader else { return }
+        screenReader.stop()
+        if new.screenReader != nil {
+            new.screenReader = nil
+            try? record(new)
+        }
+    }
+
+    /// Puts back what `change` wrote (the screen reader could not be
+    /// started): each key to its value before the call — the earlier
+    /// features' value, or its snapshot — and the journal to the session
+    /// before the call (the caller throws; `new` is dropped).
+    private func undo(_ change: KeyMapChange, of new: Session, back before: Set<Feature>) {
+        let old = keyMap.keyValues(for: before, options: new.keyMapOptions)
+        var restoring: [SettingKey: SettingValue?] = [:]
+        for key in change.write.keys {
+            if let value = old[key] {
+                restoring[key] = .some(value)
+            } else if let stored = new.snapshot[key] {
+                restoring[key] = .some(stored.settingValue)
+            }
+        }
+        do {
+            try backend.apply(restoring)
+            try record(session)
+        } catch {
+            logger.error("cannot put back the keys of a failed screen-reader start: \(error)")
+        }
+    }
+
+    /// A resumed session: its screen reader runs again — the journal's
+    /// process if it is still there, else a new one — or, when the session
+    /// no longer wants one, the journal's is stopped.
+    func resumeScreenReader() {
+        guard var current = session, let screenReader else { return }
+        let wants = current.features.contains(.screenReader) && runsScreenReader
+        if !wants {
+            if let leftOver = current.screenReader { screenReader.stopLeftOver(leftOver) }
+            guard current.screenReader != nil else { return }
+            current.screenReader = nil
+        } else {
+            do {
+                guard let orca = orcaPath else { throw ProgramError("orca is not installed") }
+                current.screenReader = try screenReader.resume(
+                    current.screenReader, orca: orca, environment: screenReaderEnvironment)
+            } catch {
+                logger.error("screen reader: cannot start it for the resumed session: \(error)")
+                current.screenReader = nil
+            }
+        }
+        session = current
+        do {
+            try record(current)
+        } catch {
+            logger.error("\(error)")
+        }
+    }
+
+    func screenReaderEvent(_ event: ScreenReader.Event) {
+        guard var current = session, current.features.contains(.screenReader) else { return }
+        switch event {
+        case .restarted(let record):
+            current.screenReader = record
+        case .gaveUp(let exits, let lastExit):
+            current.screenReader = nil
+            settings.audit.record(
+                .screenReaderGaveUp, caller: nil,
+                "the screen reader exited \(exits) times within a minute (last: \(lastExit)); it is not started again",
+                fields: ["EXITS": String(exits), "LAST_EXIT": lastExit])
+        }
+        session = current
+        do {
+            try record(current)
+        } catch {
+            logger.error("\(error)")
+        }
+    }
+}

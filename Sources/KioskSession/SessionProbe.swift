@@ -1,0 +1,197 @@
+import CProcess
+import Glibc
+import GuidedAccessCore
+
+/// The kiosk's graphical session as the service finds it: its displays and
+/// the compositor behind them.
+public struct SessionDisplay: Hashable, Sendable, CustomStringConvertible {
+    /// `WAYLAND_DISPLAY` as a program gets it (a name in XDG_RUNTIME_DIR, or a path).
+    public var waylandDisplay: String?
+    /// The process serving the Wayland socket, by its name (`sway`).
+    public var compositor: String?
+    public var compositorPID: Int32?
+    /// `DISPLAY` (`:0`).
+    public var x11Display: String?
+    /// `XAUTHORITY` for that display, where it needs one.
+    public var xauthority: String?
+
+    public init() {}
+
+    public var description: String {
+        var parts: [String] = []
+        if let waylandDisplay { parts.append("WAYLAND_DISPLAY=\(waylandDisplay)") }
+        if let compositor { parts.append("compositor \(compositor)") }
+        if let x11Display { parts.append("DISPLAY=\(x11Display)") }
+        if let xauthority { parts.append("XAUTHORITY=\(xauthority)") }
+        return parts.isEmpty ? "no display" : parts.joined(separator: ", ")
+    }
+}
+
+/// Reads what `Desktop.detect` and the screen reader need from the
+/// service's environment, the sockets of the session's displays and the
+/// installed files. Nothing here is trusted for security: it only decides
+/// what the service offers.
+public struct SessionProbe: Sendable {
+    public let environment: [String: String]
+
+    public init(environment: [String: String]) {
+        self.environment = environment
+    }
+
+    public var runtimeDirectory: String? { environment["XDG_RUNTIME_DIR"] }
+    static let x11SocketDirectory = "/tmp/.X11-unix"
+
+    // MARK: Displays
+
+    /// The session's displays: from `WAYLAND_DISPLAY` and `DISPLAY`, else
+    /// from the sockets there are — the first `wayland-N` in
+    /// XDG_RUNTIME_DIR that answers, and an X socket served by an Xwayland
+    /// of that compositor (whose `-auth` file is the XAUTHORITY).
+    public func display() -> SessionDisplay {
+        var display = SessionDisplay()
+        if let name = environment["WAYLAND_DISPLAY"] {
+            display.waylandDisplay = name
+            display.compositorPID = Self.peer(ofSocket: waylandSocketPath(name))
+        } else if let runtimeDirectory {
+            for name in Self.entries(of: runtimeDirectory).filter(Self.isWaylandSocketName).sorted() {
+                if let pid = Self.peer(ofSocket: runtimeDirectory + "/" + name) {
+                    display.waylandDisplay = name
+                    display.compositorPID = pid
+                    break
+                }
+            }
+        }
+        display.compositor = display.compositorPID.flatMap(ProcessTable.name(of:))
+        if let x = environment["DISPLAY"] {
+            display.x11Display = x
+            display.xauthority = environment["XAUTHORITY"]
+        } else if let compositorPID = display.compositorPID {
+            for name in Self.entries(of: Self.x11SocketDirectory).filter({ $0.hasPrefix("X") }).sorted() {
+                guard let server = Self.peer(ofSocket: Self.x11SocketDirectory + "/" + name),
+                    ProcessTable.parent(of: server) == compositorPID
+                else { continue }
+                display.x11Display = ":" + name.dropFirst()
+                let arguments = ProcessTable.arguments(of: server)
+                if let i = arguments.firstIndex(of: "-auth"), i + 1 < arguments.count {
+                    display.xauthority = arguments[i + 1]
+                }
+                break
+            }
+        }
+        return display
+    }
+
+    private func waylandSocketPath(_ name: String) -> String {
+        name.hasPrefix("/") ? name : (runtimeDirectory ?? "") + "/" + name
+    }
+
+    static func isWaylandSocketName(_ name: String) -> Bool {
+        name.hasPrefix("wayland-") && !name.hasSuffix(".lock")
+    }
+
+    /// The evidence for `Desktop.detect`.
+    public func evidence(busNames: Set<String>, display: SessionDisplay) -> DesktopEvidence {
+        DesktopEvidence(
+            busNames: busNames, waylandDisplay: display.waylandDisplay, waylandCompositor: display.compositor,
+            currentDesktop: environment["XDG_CURRENT_DESKTOP"], x11Display: display.x11Display)
+    }
+
+    // MARK: Installed programs
+
+    /// What the service would start a screen reader with.
+    public func screenReaderInstallation(display: SessionDisplay) -> ScreenReaderInstallation {
+        ScreenReaderInstallation(
+            orca: executable("orca"), speechDispatcher: executable("speech-dispatcher"),
+            outputModules: Self.speechOutputModules(), x11Display: display.x11Display)
+    }
+
+    /// `name` on PATH (absolute path), or nil.
+    public func executable(_ name: String) -> String? {
+        let path = environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+        for directory in path.split(separator: ":") where directory.hasPrefix("/") {
+            let candidate = directory + "/" + name
+            var info = stat()
+            if stat(candidate, &info) == 0, info.st_mode & S_IFMT == S_IFREG, access(candidate, X_OK) == 0 {
+                return candidate
+            }
+        }
+        return nil
+    }
+
+    /// speech-dispatcher's output modules, but its dummy one (which only
+    /// plays a recording saying speech is not available).
+    static func speechOutputModules() -> [String] {
+        var found: [String] = []
+        for directory in ["/usr/lib/speech-dispatcher-modules", "/usr/libexec/speech-dispatcher-modules"]
+            + entries(of: "/usr/lib").map({ "/usr/lib/\($0)/speech-dispatcher-modules" })
+        {
+            found += entries(of: directory).filter { $0.hasPrefix("sd_") && $0 != "sd_dummy" }
+        }
+        return found.sorted()
+    }
+
+    /// System mode: whether the installed desktop starts a screen reader
+    /// from `screen-reader-enabled` by itself — Orca's autostart entry, whose
+    /// condition is that key (gnome-session, GNOME ≤ 48), or
+    /// `orca.service`, which gnome-settings-daemon starts (GNOME ≥ 49).
+    public static func desktopStartsScreenReader() -> Bool {
+        let entries: [String] = [
+            "/etc/xdg/autostart/orca-autostart.desktop", "/usr/lib/systemd/user/orca.service",
+            "/etc/systemd/user/orca.service",
+        ]
+        return entries.contains { access($0, F_OK) == 0 }
+    }
+
+    // MARK: Sockets and directories
+
+    /// The pid serving a unix stream socket, asked of the kernel by
+    /// connecting (SO_PEERCRED); nil when nothing listens there.
+    static func peer(ofSocket path: String) -> Int32? {
+        guard let fd = UnixSocket.connect(path) else { return nil }
+        defer { close(fd) }
+        let pid = ga_socket_peer_pid(fd)
+        return pid > 0 ? pid : nil
+    }
+
+    /// The names in a directory (none when it cannot be read).
+    static func entries(of directory: String) -> [String] {
+        guard let dir = opendir(directory) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+}
+
+enum UnixSocket {
+    /// A non-blocking, close-on-exec stream socket connected to `path`; nil
+    /// when nothing listens there.
+    static func connect(_ path: String) -> Int32? {
+        let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
+        let fd = socket(AF_UNIX, type, 0)
+        guard fd >= 0 else { return nil }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            close(fd)
+            return nil
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard connected == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+}

@@ -1,0 +1,166 @@
+import CLinux
+import CProcess
+import DBus
+import Glibc
+import GuidedAccessCore
+
+/// Why a program could not be started or found.
+public struct ProgramError: Error, Hashable, Sendable, CustomStringConvertible {
+    public let message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// One process the service started or adopted, watched through a pidfd on
+/// the event loop: its exit arrives as an event, never by polling, and a
+/// signal sent through the pidfd can never reach a later process that
+/// reuses the pid.
+///
+/// Used only on the loop's thread (by the actor that owns it).
+final class WatchedProcess: @unchecked Sendable {
+    let record: ProgramRecord
+    var pid: Int32 { record.pid }
+    /// A child is reaped here; an adopted process (after a restart of the
+    /// service) is its new parent's to reap.
+    let isChild: Bool
+    private let loop: EventLoop
+    private var fd: Int32
+    private var source: EventLoop.SourceToken?
+    private var onExit: (@Sendable (String) -> Void)?
+
+    /// Starts `argv[0]` (an absolute path) with `environment`.
+    init(spawning argv: [String], environment: [String: String], loop: EventLoop) throws(ProgramError) {
+        let pid = Self.spawn(argv, environment: environment)
+        guard pid > 0 else {
+            throw ProgramError("cannot start \(argv[0]): \(String(cString: strerror(-pid)))")
+        }
+        let fd = ga_pidfd_open(pid)
+        guard fd >= 0, let startTime = ProcessTable.startTime(of: pid) else {
+            // It exited at once; nothing can watch it now.
+            if fd >= 0 { close(fd) }
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            throw ProgramError("\(argv[0]) exited at once (\(Self.describe(status: status)))")
+        }
+        self.record = ProgramRecord(pid: pid, startTime: startTime, bootID: ProcessTable.bootID)
+        self.isChild = true
+        self.loop = loop
+        self.fd = fd
+    }
+
+    /// The process `record` names, if it is still that process (same start
+    /// time on the same boot); nil otherwise.
+    init?(adopting record: ProgramRecord, loop: EventLoop) {
+        guard record.bootID == ProcessTable.bootID else { return nil }
+        let fd = ga_pidfd_open(record.pid)
+        guard fd >= 0 else { return nil }
+        // Read after the pidfd is open: if it names the same start time now,
+        // the pidfd refers to that process, not to a later one with its pid.
+        guard ProcessTable.startTime(of: record.pid) == record.startTime else {
+            close(fd)
+            return nil
+        }
+        self.record = record
+        self.isChild = false
+        self.loop = loop
+        self.fd = fd
+    }
+
+    deinit {
+        if let source { loop.removeSource(source, fd: fd) }
+        if fd >= 0 { close(fd) }
+    }
+
+    /// Calls `handler` once, on the loop, when the process has exited, with
+    /// how it ended ("exit status 1", "killed by signal 9").
+    func watch(_ handler: @escaping @Sendable (String) -> Void) {
+        onExit = handler
+        source = loop.addSource(fd: fd, events: UInt32(EPOLLIN.rawValue)) { [self] _ in exited() }
+    }
+
+    private func exited() {
+        guard let handler = onExit else { return }
+        onExit = nil
+        var how = "exited"
+        if isChild {
+            let status = ga_pidfd_reap(fd)
+            if status >= 0 { how = Self.describe(status: status) }
+        }
+        if let source { loop.removeSource(source, fd: fd) }
+        source = nil
+        close(fd)
+        fd = -1
+        handler(how)
+    }
+
+    /// Sends `signal`; false once the process is gone.
+    @discardableResult
+    func send(_ signal: Int32) -> Bool {
+        fd >= 0 && ga_pidfd_send_signal(fd, signal) == 0
+    }
+
+    private static func spawn(_ argv: [String], environment: [String: String]) -> Int32 {
+        let env = environment.map { "\($0.key)=\($0.value)" }.sorted()
+        return withCStrings(argv) { cArgv in
+            withCStrings(env) { cEnv in ga_spawn_program(argv[0], cArgv, cEnv) }
+        }
+    }
+
+    static func describe(status: Int32) -> String {
+        let signal = status & 0x7f
+        return signal == 0 ? "exit status \((status >> 8) & 0xff)" : "killed by signal \(signal)"
+    }
+}
+
+/// NULL-terminated C string arrays for exec.
+private func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
+    var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
+    pointers.append(nil)
+    defer { for p in pointers { free(p) } }
+    return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
+}
+
+/// What `/proc` says of processes; only ever checked against something
+/// stronger (a pidfd opened first, the bus's or the socket's credentials).
+enum ProcessTable {
+    /// This boot's id: a start time is meaningful only on the boot it was read on.
+    static let bootID: String = {
+        (try? FileContents.read("/proc/sys/kernel/random/boot_id")).map {
+            String(String(decoding: $0, as: UTF8.self).trimmingASCIIWhitespace)
+        } ?? ""
+    }()
+
+    /// Field 22 of `/proc/PID/stat`: clock ticks after boot.
+    static func startTime(of pid: Int32) -> UInt64? {
+        guard let stat = statFields(of: pid), stat.count > 19 else { return nil }
+        return UInt64(stat[19])
+    }
+
+    /// The parent's pid (field 4).
+    static func parent(of pid: Int32) -> Int32? {
+        guard let stat = statFields(of: pid), stat.count > 1 else { return nil }
+        return Int32(stat[1])
+    }
+
+    /// `/proc/PID/comm`, the process's name.
+    static func name(of pid: Int32) -> String? {
+        guard let bytes = try? FileContents.read("/proc/\(pid)/comm") else { return nil }
+        return String(String(decoding: bytes, as: UTF8.self).trimmingASCIIWhitespace)
+    }
+
+    /// `/proc/PID/cmdline`, split at its NULs.
+    static func arguments(of pid: Int32) -> [String] {
+        guard let bytes = try? FileContents.read("/proc/\(pid)/cmdline") else { return [] }
+        var parts = bytes.split(separator: 0, omittingEmptySubsequences: false)
+        if bytes.last == 0 { parts.removeLast() }
+        return parts.map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// The fields after the command name (which may hold spaces and parentheses).
+    private static func statFields(of pid: Int32) -> [Substring]? {
+        guard let bytes = try? FileContents.read("/proc/\(pid)/stat") else { return nil }
+        let text = String(decoding: bytes, as: UTF8.self)
+        guard let close = text.lastIndex(of: ")") else { return nil }
+        return text[text.index(after: close)...].split(separator: " ")
+    }
+}
