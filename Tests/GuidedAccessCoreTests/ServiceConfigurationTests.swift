@@ -73,6 +73,17 @@ import Testing
         #expect(error("Session", "TimeLimit", "60", "unknown key").description == "/etc/ga.conf: [Session] TimeLimit=60: unknown key")
     }
 
+    @Test func desktopNamesTheSessionOrAutoDetectsIt() throws {
+        #expect(ServiceConfiguration(defaultsFor: .user).desktop == nil)
+        #expect(try configured([("Service", "Desktop", "sway")]).desktop == .sway)
+        #expect(try configured([("Service", "Desktop", "gnome-shell"), ("Service", "Desktop", "auto")]).desktop == nil)
+        #expect(
+            throws: error(
+                "Service", "Desktop", "gnome",
+                "expected auto or one of gnome-shell, kwin, sway, cage, labwc, wayfire, weston, x11, none")
+        ) { try configured([("Service", "Desktop", "gnome")]) }
+    }
+
     @Test func anUnknownBackendIsAnError() {
         #expect(throws: error("Service", "Backend", "kwin", "expected one of gsettings, dconf, memory")) {
             try configured([("Service", "Backend", "kwin")])

@@ -54,6 +54,27 @@ import Testing
         #expect(try journal.load() == sampleState)
     }
 
+    @Test func theScreenReaderTheServiceStartedIsRecordedWithItsStartTimeAndBoot() throws {
+        var state = sampleState
+        state.session?.screenReader = ProgramRecord(pid: 4242, startTime: 123_456, bootID: "0b5e")
+        try journal.record(state)
+        #expect(try journal.load() == state)
+        let text = try #require(directory.read("journal.json"))
+        for field in [#""screenReader" : {"#, #""bootID" : "0b5e""#, #""pid" : 4242"#, #""startTime" : 123456"#] {
+            #expect(text.contains(field))
+        }
+    }
+
+    @Test func aScreenReaderRecordWithANonPositivePidIsCorrupt() throws {
+        var state = sampleState
+        state.session?.screenReader = ProgramRecord(pid: 7, startTime: 1, bootID: "b")
+        try journal.record(state)
+        let text = try #require(directory.read("journal.json")).replacing(#""pid" : 7"#, with: #""pid" : -1"#)
+        directory.write(text, to: "journal.json")
+        #expect(throws: JournalError.self) { try journal.load() }
+        #expect(directory.visibleFiles.contains { $0.hasPrefix("journal.corrupt-") })
+    }
+
     @Test func aStateWithoutSessionKeepsTheRestrictions() throws {
         let state = JournalState(session: nil, restrictions: [Restriction(identifier: "x", text: "X", detail: "")])
         try journal.record(state)
