@@ -259,7 +259,13 @@ class GAEnv:
         config = Path(self.env["XDG_CONFIG_HOME"]) / "guidedaccess" / "guidedaccess.conf"
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(GNOME_DESKTOP_CONFIG)
-        self.connect(mainloop=False).request_name(GNOME_SESSION_NAME)
+        self.gnome_session = self.connect(mainloop=False)
+        self.gnome_session.request_name(GNOME_SESSION_NAME)
+
+    def stand_for_no_desktop(self):
+        """Undoes stand_for_gnome: a bare bus, nothing to detect."""
+        (Path(self.env["XDG_CONFIG_HOME"]) / "guidedaccess" / "guidedaccess.conf").unlink()
+        self.gnome_session.release_name(GNOME_SESSION_NAME)
 
     def start_system_bus(self):
         """A second private bus, of type system, for fakes of system
