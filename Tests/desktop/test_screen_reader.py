@@ -1,0 +1,210 @@
+"""A screen reader that really speaks (spec: "Making features real (1.1)"),
+on desktops where nothing in the session starts one, so guidedaccessd
+starts and supervises Orca itself: headless sway run as a non-root test user
+(sway.py) and a bare headless gnome-shell without gnome-session
+(gnomeshell.py). What Orca says is heard twice: in speech-dispatcher's log
+and as sound recorded from a PipeWire null sink (speech.py). The client is
+gdbus, which we did not write.
+
+The figures printed (-s) are what bench-screen-reader measures over more
+runs: turn-on reply → first sound, EndSession reply → Orca gone, and the
+last sound after EndSession."""
+
+import os
+import signal
+import time
+
+import pytest
+
+import gnomeshell
+import speech
+import sway
+
+GA = ["--dest", "org.guidedaccess.GuidedAccess1", "--object-path", "/org/guidedaccess/GuidedAccess1"]
+IFACE = "org.guidedaccess.GuidedAccess1"
+LABEL = "Order now"
+
+
+def missing():
+    tools = sway.missing_tools() + speech.missing_tools()
+    return tools + [p for p in ("/usr/bin/orca",) if not os.access(p, os.X_OK)]
+
+
+pytestmark = pytest.mark.skipif(bool(missing()), reason=f"not installed: {missing()}")
+
+
+class Kiosk:
+    """The kiosk app's calls, made with gdbus in the desktop's session."""
+
+    def __init__(self, desk):
+        self.desk = desk
+
+    def call(self, method, *args):
+        started = time.time()
+        self.desk.run(["gdbus", "call", "--address", self.desk.session_address, *GA, "--method",
+                       f"{IFACE}.{method}", *args])
+        return time.time(), time.time() - started
+
+    def error(self, method, *args):
+        done = self.desk.run(["gdbus", "call", "--address", self.desk.session_address, *GA, "--method",
+                              f"{IFACE}.{method}", *args], check=False)
+        assert done.returncode != 0, f"{method} succeeded: {done.stdout}"
+        return done.stderr
+
+    def prop(self, name):
+        return self.desk.run(["gdbus", "call", "--address", self.desk.session_address, *GA, "--method",
+                              "org.freedesktop.DBus.Properties.Get", IFACE, name]).strip()
+
+
+def orcas(desk):
+    """Live Orca processes of the desktop's user: each `orca` whose
+    environment is this desktop's (its XDG_RUNTIME_DIR)."""
+    found = []
+    marker = f"XDG_RUNTIME_DIR={desk.env['XDG_RUNTIME_DIR']}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as comm:
+                if comm.read().strip() != "orca":
+                    continue
+            with open(f"/proc/{entry}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if marker in environ.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def wait_until(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout} s")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def sway_desk(request):
+    desk = sway.Desktop()
+    request.node.desktop = desk
+    try:
+        desk.start_sway()
+        desk.start_speech()
+        desk.start_gtk_button(label=LABEL)
+        yield desk
+    finally:
+        desk.stop()
+
+
+def daemon_pid(desk):
+    """guidedaccessd's pid (nsenter and setpriv exec it in place)."""
+    pid = desk.processes["guidedaccessd"].pid
+    with open(f"/proc/{pid}/comm") as comm:
+        assert comm.read().strip() == "guidedaccessd"
+    return pid
+
+
+def test_on_sway_the_screen_reader_speaks_the_focused_button_and_is_silent_after_the_session(sway_desk):
+    desk = sway_desk
+    spoken = desk.speech
+    desk.start_daemon()
+    kiosk = Kiosk(desk)
+    assert kiosk.prop("Desktop") == "(<'sway'>,)"
+    assert kiosk.prop("SupportedFeatures") == "(<['high-contrast', 'large-text', 'reduce-motion', 'screen-reader']>,)"
+    # Nothing speaks before the session.
+    assert orcas(desk) == []
+
+    kiosk.call("StartSession", "{}")
+    on, _ = kiosk.call("ConfigureForSession", "['screen-reader']", "true")
+    assert len(orcas(desk)) == 1
+    greeting = spoken.log.wait_for("Screen reader on", after=on - 0.5, timeout=5)
+    first_sound = spoken.recording.wait_for_sound(on, timeout=5)
+    # The seat's first keyboard gives the window the focus: Orca reads it.
+    desk.keys("-s", "3000")
+    button = spoken.log.wait_for(f"{LABEL} push button", after=on, timeout=5 - (time.time() - on))
+    assert button.time - on <= 5
+    level = spoken.recording.level(button.time, button.time + 0.8)
+    assert level.peak > 0.05, f"'{button.text}' is in the log, but the recording is silent there: {level}"
+    print(f"\nsway: ConfigureForSession reply -> first sound {first_sound - on:.2f} s "
+          f"('{greeting.text}' logged at +{greeting.time - on:.2f} s); '{button.text}' at +{button.time - on:.2f} s, "
+          f"peak {level.peak:.2f}, rms {level.rms:.3f}")
+
+    end, _ = kiosk.call("EndSession")
+    gone = wait_until(lambda: not orcas(desk) and time.time(), 3, "Orca did not exit after EndSession")
+    assert gone - end <= 1.0, f"Orca still ran {gone - end:.2f} s after EndSession's reply"
+    last = spoken.recording.last_sound(end, end + 3)
+    assert last is None or last - end <= 1.0, f"speech went on {last - end:.2f} s after EndSession"
+    assert desk.gsettings_get("org.gnome.desktop.a11y.applications", "screen-reader-enabled") == "false"
+    assert desk.run(["dconf", "read", "/org/gnome/desktop/a11y/applications/screen-reader-enabled"]).strip() == ""
+    print(f"sway: EndSession reply -> Orca gone {gone - end:.2f} s; last sound "
+          f"{'none' if last is None else f'{last - end:+.2f} s'} after the reply")
+
+
+def test_a_killed_service_finds_its_screen_reader_again_and_one_ended_meanwhile_stops_it(sway_desk):
+    desk = sway_desk
+    desk.start_daemon()
+    kiosk = Kiosk(desk)
+    kiosk.call("StartSession", "{'features': <['screen-reader']>}")
+    [orca] = orcas(desk)
+
+    os.kill(daemon_pid(desk), signal.SIGKILL)
+    desk.processes["guidedaccessd"].wait(5)
+    desk.start_daemon()
+    assert kiosk.prop("EnabledFeatures") == "(<['screen-reader']>,)"
+    time.sleep(1.0)  # a second one would have been started by now
+    assert orcas(desk) == [orca], "the resumed session does not have exactly the one screen reader it had"
+    assert "adopted" in desk.log("guidedaccessd")
+    kiosk.call("EndSession")
+    wait_until(lambda: not orcas(desk), 2, "the adopted Orca did not stop at EndSession")
+
+    # A session whose time limit passes while the service is down.
+    kiosk.call("StartSession", "{'features': <['screen-reader']>, 'time-limit': <uint64 2>}")
+    assert len(orcas(desk)) == 1
+    os.kill(daemon_pid(desk), signal.SIGKILL)
+    desk.processes["guidedaccessd"].wait(5)
+    time.sleep(2.5)
+    assert len(orcas(desk)) == 1, "Orca should outlive the killed service until it comes back"
+    desk.start_daemon()
+    wait_until(lambda: not orcas(desk), 2, "the ended session's Orca was not stopped by the restarted service")
+    assert kiosk.prop("SessionActive") == "(<false>,)"
+    assert desk.gsettings_get("org.gnome.desktop.a11y.applications", "screen-reader-enabled") == "false"
+
+
+def test_a_screen_reader_that_exits_is_started_again_and_given_up_on_at_the_sixth_exit_in_a_minute(sway_desk):
+    desk = sway_desk
+    spoken = desk.speech
+    desk.start_daemon()
+    kiosk = Kiosk(desk)
+    kiosk.call("StartSession", "{'features': <['screen-reader']>}")
+    spoken.log.wait_for("Screen reader on", timeout=5)
+    for kill in range(1, 7):
+        [orca] = wait_until(lambda: orcas(desk), 5, f"no Orca before kill {kill}")
+        killed = time.time()
+        os.kill(orca, signal.SIGKILL)
+        if kill == 1:
+            again = wait_until(lambda: [p for p in orcas(desk) if p != orca], 5, "Orca was not started again")
+            spoken.log.wait_for("Screen reader on", after=killed, timeout=5)
+            print(f"\nkilled Orca {orca}: started again as {again[0]}, speaking again "
+                  f"{time.time() - killed:.2f} s after the kill")
+        elif kill < 6:
+            wait_until(lambda: [p for p in orcas(desk) if p != orca], 5, f"Orca was not started again after kill {kill}")
+    time.sleep(3)
+    assert orcas(desk) == [], "a sixth exit within a minute must give up"
+    log = desk.log("guidedaccessd")
+    assert "exited 6 times within 60 s" in log and "giving up" in log, log[-2000:]
+    # No journald here: the audit record goes to the log, with its MESSAGE_ID.
+    assert "MESSAGE_ID=3c4bd2b4c5a24b8f9c6e0a1d2f3e4a57" in log
+    assert kiosk.prop("EnabledFeatures") == "(<['screen-reader']>,)"
+    # Turning it on again is a new start.
+    kiosk.call("ConfigureForSession", "['screen-reader']", "false")
+    kiosk.call("ConfigureForSession", "['screen-reader']", "true")
+    wait_until(lambda: orcas(desk), 5, "Orca was not started when turned on again")
+    kiosk.call("EndSession")
+    wait_until(lambda: not orcas(desk), 2, "Orca did not stop at EndSession")
