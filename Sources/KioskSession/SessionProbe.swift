@@ -45,8 +45,10 @@ public struct SessionProbe: Sendable {
 
     /// The session's displays: from `WAYLAND_DISPLAY` and `DISPLAY`, else
     /// from the sockets there are — the first `wayland-N` in
-    /// XDG_RUNTIME_DIR that answers, and an X socket served by an Xwayland
-    /// of that compositor (whose `-auth` file is the XAUTHORITY).
+    /// XDG_RUNTIME_DIR that answers, and an X socket of that compositor's
+    /// Xwayland (whose `-auth` file, if any, is the XAUTHORITY). A service
+    /// started by systemd or D-Bus activation has neither variable unless
+    /// the session imported them.
     public func display() -> SessionDisplay {
         var display = SessionDisplay()
         if let name = environment["WAYLAND_DISPLAY"] {
@@ -67,8 +69,10 @@ public struct SessionProbe: Sendable {
             display.xauthority = environment["XAUTHORITY"]
         } else if let compositorPID = display.compositorPID {
             for name in Self.entries(of: Self.x11SocketDirectory).filter({ $0.hasPrefix("X") }).sorted() {
+                // Xwayland is the compositor's child, or — started on
+                // demand (wlroots) — the compositor holds its socket itself.
                 guard let server = Self.peer(ofSocket: Self.x11SocketDirectory + "/" + name),
-                    ProcessTable.parent(of: server) == compositorPID
+                    server == compositorPID || ProcessTable.parent(of: server) == compositorPID
                 else { continue }
                 display.x11Display = ":" + name.dropFirst()
                 let arguments = ProcessTable.arguments(of: server)

@@ -372,16 +372,19 @@ class Desktop:
 
     # -- guidedaccessd
 
-    def start_daemon(self, binary=DAEMON_BINARY, extra_args=(), timeout=15):
+    def start_daemon(self, binary=DAEMON_BINARY, extra_args=(), timeout=15, without=()):
         """guidedaccessd --user as the test user, in the desktop, on its
         session bus, with self.env: what it starts (Orca) inherits the
         session's WAYLAND_DISPLAY, DISPLAY, XDG_RUNTIME_DIR, HOME,
-        XDG_CONFIG_HOME and bus address. Returns once it owns its name."""
+        XDG_CONFIG_HOME and bus address — but the variables named in
+        `without` (a service started by systemd or D-Bus activation may lack
+        WAYLAND_DISPLAY and DISPLAY). Returns once it owns its name."""
         binary = Path(binary)
         if not binary.exists():
             raise FileNotFoundError(f"{binary} does not exist: build it with 'swift build' or set GUIDEDACCESSD")
+        env = {name: value for name, value in self.env.items() if name not in without}
         daemon = self.spawn("guidedaccessd", [binary, "--user", "--address", self.session_address,
-                                              "--state-dir", self.root / "state", *extra_args])
+                                              "--state-dir", self.root / "state", *extra_args], env=env)
         self.wait_for_name(self.connect(), GA_NAME, daemon, timeout)
         return daemon
 

@@ -149,14 +149,19 @@ def test_on_sway_the_screen_reader_speaks_the_focused_button_and_is_silent_after
 
 def test_a_killed_service_finds_its_screen_reader_again_and_one_ended_meanwhile_stops_it(sway_desk):
     desk = sway_desk
-    desk.start_daemon()
+    # Started as systemd or D-Bus activation would: no WAYLAND_DISPLAY, no
+    # DISPLAY; the service finds sway's socket and its Xwayland's.
+    hidden = ("WAYLAND_DISPLAY", "DISPLAY")
+    desk.start_daemon(without=hidden)
+    assert f"desktop: sway (detected; WAYLAND_DISPLAY={desk.env['WAYLAND_DISPLAY']}, compositor sway, " \
+           f"DISPLAY={desk.env['DISPLAY']})" in desk.log("guidedaccessd")
     kiosk = Kiosk(desk)
     kiosk.call("StartSession", "{'features': <['screen-reader']>}")
     [orca] = orcas(desk)
 
     os.kill(daemon_pid(desk), signal.SIGKILL)
     desk.processes["guidedaccessd"].wait(5)
-    desk.start_daemon()
+    desk.start_daemon(without=hidden)
     assert kiosk.prop("EnabledFeatures") == "(<['screen-reader']>,)"
     time.sleep(1.0)  # a second one would have been started by now
     assert orcas(desk) == [orca], "the resumed session does not have exactly the one screen reader it had"
@@ -171,7 +176,7 @@ def test_a_killed_service_finds_its_screen_reader_again_and_one_ended_meanwhile_
     desk.processes["guidedaccessd"].wait(5)
     time.sleep(2.5)
     assert len(orcas(desk)) == 1, "Orca should outlive the killed service until it comes back"
-    desk.start_daemon()
+    desk.start_daemon(without=hidden)
     wait_until(lambda: not orcas(desk), 2, "the ended session's Orca was not stopped by the restarted service")
     assert kiosk.prop("SessionActive") == "(<false>,)"
     assert desk.gsettings_get("org.gnome.desktop.a11y.applications", "screen-reader-enabled") == "false"
