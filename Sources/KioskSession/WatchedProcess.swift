@@ -36,11 +36,12 @@ final class WatchedProcess: @unchecked Sendable {
         }
         let fd = ga_pidfd_open(pid)
         guard fd >= 0, let startTime = ProcessTable.startTime(of: pid) else {
-            // It exited at once; nothing can watch it now.
-            if fd >= 0 { close(fd) }
+            // Nothing could watch it (no pidfd: Linux < 5.3): it must not run unwatched.
+            kill(pid, SIGKILL)
             var status: Int32 = 0
             waitpid(pid, &status, 0)
-            throw ProgramError("\(argv[0]) exited at once (\(Self.describe(status: status)))")
+            if fd >= 0 { close(fd) }
+            throw ProgramError("cannot watch \(argv[0]) (pidfd_open: \(String(cString: strerror(max(-fd, 0)))))")
         }
         self.record = ProgramRecord(pid: pid, startTime: startTime, bootID: ProcessTable.bootID)
         self.isChild = true
