@@ -1,6 +1,6 @@
-"""A real GNOME Shell, headless, for the desktop test (test_desktop.py).
+"""A real GNOME Shell, headless, for the desktop tests.
 
-Desktop starts, in a private directory /tmp/ga-desk-XXXX:
+Desktop starts, in a private directory /var/tmp/ga-desk-XXXX:
 - a private *system* bus: gnome-shell 43 insists on one (it sees
   /run/systemd/seats and wants logind); empty, with an allow-all policy
   (without receive_sender the replies are dropped and the shell dies);
@@ -15,14 +15,40 @@ and takes screenshots through org.gnome.Shell.Screenshot, which answers only
 callers owning an allow-listed name: this module's connection owns
 org.gnome.Screenshot.
 
+Desktop(xwayland=True) runs the shell with Xwayland (no --no-x11), for
+clients that need an X display: Orca 43 runs `xkbcomp $DISPLAY` at start-up
+and dies without one. Xwayland refuses a /tmp/.X11-unix that is not mode
+1777, and mutter creates it 1755 (and leaves it behind), so that desktop
+lives in a mount namespace of its own with a private tmpfs on /tmp holding a
+/tmp/.X11-unix of mode 1777: a holder process (`unshare --mount`) keeps the
+namespace alive, and every process of the desktop joins it (setns) before it
+starts. That is why the directory is under /var/tmp: it must be the same
+directory inside and outside. Once the shell runs, `env` has DISPLAY and
+XAUTHORITY for that Xwayland beside WAYLAND_DISPLAY, so what is spawned
+later (guidedaccessd, and the Orca it starts) finds the displays.
+
+Desktop(accessibility=True) leaves NO_AT_BRIDGE unset: GTK and the shell
+then register with the AT-SPI bus (org.a11y.Bus, activated from the session
+bus), which a screen reader needs. The screenshot test sets NO_AT_BRIDGE=1
+so that no AT-SPI bus starts for nothing.
+
+press() gives the headless seat a keyboard (a RemoteDesktop session of
+mutter's) and presses keys: without one no window ever becomes active, so
+GTK sends no focus events. show_window() starts gtk_button.py. spawn() is
+also what speech.Speech takes to run its sound server in this desktop:
+    desk = Desktop(xwayland=True, accessibility=True)
+    capture = speech.Speech(desk.env, desk.root / "speech", spawn=desk.spawn)
+    desk.start_shell(); capture.start(); desk.start_daemon()
+
 Every process is started as the leader of a session of its own (setsid);
 stop() stops and kills every process in those sessions (so also whatever the
-buses activated and whatever those started), then removes the directory. It
-also runs at interpreter exit, and the leaders die with their parent
-(PR_SET_PDEATHSIG).
+buses activated and whatever those started) and in the private mount
+namespace (so also what daemonized, like speech-dispatcher), then removes
+the directory. It also runs at interpreter exit, and the leaders die with
+their parent (PR_SET_PDEATHSIG).
 
 Images are measured with ImageMagick from /usr/bin (convert, compare).
-The recipe: ../shared/notes/real-systems.md, section 1."""
+The recipes: ../shared/notes/real-systems.md, sections 1 and 3."""
 
 import atexit
 import colorsys
@@ -51,8 +77,23 @@ GA_NAME = "org.guidedaccess.GuidedAccess1"
 GA_PATH = "/org/guidedaccess/GuidedAccess1"
 GA_IFACE = "org.guidedaccess.GuidedAccess1"
 GA_ERROR = "org.guidedaccess.GuidedAccess1.Error."
+REMOTE_DESKTOP_SESSION = "org.gnome.Mutter.RemoteDesktop.Session"
 
-TOOLS = {name: f"/usr/bin/{name}" for name in ("gnome-shell", "dbus-daemon", "convert", "compare", "gsettings")}
+TOOLS = {name: f"/usr/bin/{name}" for name in (
+    "gnome-shell", "dbus-daemon", "convert", "compare", "gsettings", "unshare", "python3")}
+SCREEN_READER_TOOLS = ("/usr/bin/Xwayland", "/usr/bin/xkbcomp", "/usr/bin/orca", "/usr/libexec/at-spi-bus-launcher")
+GTK_BUTTON = HERE / "gtk_button.py"
+
+# X keysyms for press()
+KEY_TAB = 0xff09
+KEY_SHIFT = 0xffe1
+KEY_RETURN = 0xff0d
+
+# The holder of a desktop's mount namespace: a private /tmp whose
+# .X11-unix Xwayland accepts; "ready" once it is mounted.
+NAMESPACE_HOLDER = ("mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp && mkdir -m 1777 /tmp/.X11-unix "
+                    "&& echo ready && exec sleep infinity")
+CLONE_NEWNS = 0x00020000
 
 BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
@@ -71,16 +112,32 @@ BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Config
 """
 
 
-def missing_tools():
-    """The programs this needs that are not installed."""
-    return [path for path in TOOLS.values() if not os.access(path, os.X_OK)]
+def missing_tools(screen_reader=False):
+    """The programs this needs that are not installed (with
+    `screen_reader`: also those a desktop with Xwayland, accessibility and
+    Orca needs)."""
+    paths = [*TOOLS.values(), *(SCREEN_READER_TOOLS if screen_reader else ())]
+    return [path for path in paths if not os.access(path, os.X_OK)]
 
 
 # ---------------------------------------------------------------- processes
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
 def _die_with_parent():
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _child_setup(namespace):
+    """What a child runs before exec: join the desktop's mount namespace
+    (an open /proc/PID/ns/mnt, or None) and die with its parent."""
+    def setup():
+        if namespace is not None and _LIBC.setns(namespace, CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "setns to the desktop's mount namespace")
+        _die_with_parent()
+    return setup
 
 
 def _session_and_state(pid):
@@ -103,6 +160,23 @@ def processes_in_sessions(sessions):
     return found
 
 
+def processes_in_mount_namespace(namespace):
+    """Live pids in the mount namespace `namespace` (a readlink of
+    /proc/PID/ns/mnt, e.g. 'mnt:[4026532500]')."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/mnt") != namespace:
+                    continue
+            except OSError:
+                continue
+            info = _session_and_state(int(entry))
+            if info and info[1] != "Z":
+                found.append(int(entry))
+    return found
+
+
 _LIVE = []  # every Desktop not stopped yet
 
 
@@ -113,14 +187,23 @@ def _stop_all():
 
 
 class Desktop:
-    def __init__(self):
-        self.root = Path(tempfile.mkdtemp(prefix="/tmp/ga-desk-"))
+    """One headless GNOME Shell on private buses (see the module's
+    docstring). `env` is the environment of everything it starts."""
+
+    def __init__(self, xwayland=False, accessibility=False):
+        self.root = Path(tempfile.mkdtemp(prefix="/var/tmp/ga-desk-"))
         _LIVE.append(self)
         for name in ("home", "config", "cache", "runtime", "state", "shots"):
             (self.root / name).mkdir(mode=0o700)
+        self.xwayland = xwayland
         self.processes = {}  # name -> Popen; each leads a session of its own
+        self._output_start = {}  # name -> where its output begins in NAME.log
         self.sessions = set()
+        self.namespace = None  # 'mnt:[…]' of the private mount namespace
+        self._namespace_fd = None
+        self.private_tmp = None  # its /tmp, seen from outside
         self._connections = []
+        self._keyboard = None
         self._shots = 0
         self.env = {
             "HOME": str(self.root / "home"),
@@ -132,8 +215,11 @@ class Desktop:
             "GSETTINGS_BACKEND": "dconf",
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
             "LANG": "C.UTF-8",
-            "NO_AT_BRIDGE": "1",
         }
+        if not accessibility:
+            self.env["NO_AT_BRIDGE"] = "1"
+        if xwayland:
+            self._make_namespace()
         self.system_address = self._start_bus("system")
         self.session_address = self._start_bus("session")
         self.env["DBUS_SYSTEM_BUS_ADDRESS"] = self.system_address
@@ -146,14 +232,48 @@ class Desktop:
     def logs(self):
         return [(f"{name} (pid {process.pid}) output", self.log(name)) for name, process in self.processes.items()]
 
-    def _spawn(self, name, argv, stdout=None):
+    def spawn(self, name, argv, stdout=None):
+        """Starts a process of this desktop: with `env`, in its mount
+        namespace, leading a session of its own, its output (and stdout
+        unless given) appended to NAME.log."""
         with open(self.root / f"{name}.log", "ab") as log:
+            self._output_start[name] = log.tell()
             process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=stdout or log, stderr=log, env=self.env,
-                start_new_session=True, preexec_fn=_die_with_parent)
+                start_new_session=True, preexec_fn=_child_setup(self._namespace_fd))
         self.processes[name] = process
         self.sessions.add(process.pid)
         return process
+
+    def wait_for_output(self, name, text, timeout=30):
+        """Waits until `text` is in the output of the process `name` (the
+        last one started under that name)."""
+        process = self.processes[name]
+        deadline = time.monotonic() + timeout
+        path, wanted = self.root / f"{name}.log", text.encode()
+        while wanted not in path.read_bytes()[self._output_start[name]:]:
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited with {process.returncode} before it printed {text!r}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} did not print {text!r} within {timeout} s")
+            time.sleep(0.05)
+
+    def _make_namespace(self):
+        """The private mount namespace, kept by a holder process."""
+        with open(self.root / "namespace.log", "ab") as log:
+            holder = subprocess.Popen(
+                [TOOLS["unshare"], "--mount", "--propagation", "private", "/bin/sh", "-c", NAMESPACE_HOLDER],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+                preexec_fn=_die_with_parent)
+        self.processes["namespace"] = holder
+        self.sessions.add(holder.pid)
+        ready = holder.stdout.readline()
+        holder.stdout.close()
+        if ready != b"ready\n":
+            raise RuntimeError(f"the mount namespace did not come up: {self.log('namespace')}")
+        self.namespace = os.readlink(f"/proc/{holder.pid}/ns/mnt")
+        self._namespace_fd = os.open(f"/proc/{holder.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        self.private_tmp = Path(f"/proc/{holder.pid}/root/tmp")
 
     def _start_bus(self, kind):
         name = f"{kind}-bus"
@@ -161,8 +281,8 @@ class Desktop:
         servicedir = "<servicedir>/usr/share/dbus-1/services</servicedir>" if kind == "session" else ""
         config = self.root / f"{name}.conf"
         config.write_text(BUS_CONFIG.format(type=kind, socket=socket, servicedir=servicedir))
-        process = self._spawn(name, [TOOLS["dbus-daemon"], f"--config-file={config}", "--nofork", "--nopidfile",
-                                     "--print-address=1"], stdout=subprocess.PIPE)
+        process = self.spawn(name, [TOOLS["dbus-daemon"], f"--config-file={config}", "--nofork", "--nopidfile",
+                                    "--print-address=1"], stdout=subprocess.PIPE)
         line = process.stdout.readline().decode()
         process.stdout.close()
         if not line.startswith(f"unix:path={socket}"):
@@ -173,7 +293,7 @@ class Desktop:
 
     def run(self, argv, timeout=15):
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout, env=self.env)
+                              timeout=timeout, env=self.env, preexec_fn=_child_setup(self._namespace_fd))
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(map(str, argv))}: exit {done.returncode}: {done.stderr.strip()}")
         return done.stdout
@@ -202,8 +322,10 @@ class Desktop:
     # -- gnome-shell
 
     def start_shell(self, timeout=60):
-        shell = self._spawn("gnome-shell", [
-            TOOLS["gnome-shell"], "--headless", "--virtual-monitor", f"{WIDTH}x{HEIGHT}", "--wayland", "--no-x11"])
+        """Starts gnome-shell and waits for its D-Bus names; then `env` has
+        WAYLAND_DISPLAY (and, with Xwayland, DISPLAY and XAUTHORITY)."""
+        argv = [TOOLS["gnome-shell"], "--headless", "--virtual-monitor", f"{WIDTH}x{HEIGHT}", "--wayland"]
+        shell = self.spawn("gnome-shell", argv if self.xwayland else [*argv, "--no-x11"])
         self.bus = self.connect()
         self.wait_for_name(self.bus, "org.gnome.Shell", shell, timeout)
         self.wait_for_name(self.bus, "org.gnome.Shell.Screenshot", shell, timeout)
@@ -211,6 +333,25 @@ class Desktop:
         self.shell_object = self.bus.get_object("org.gnome.Shell", "/org/gnome/Shell", introspect=False)
         self.shooter = self.bus.get_object("org.gnome.Shell.Screenshot", "/org/gnome/Shell/Screenshot",
                                            introspect=False)
+        runtime = Path(self.env["XDG_RUNTIME_DIR"])
+        sockets = sorted(path.name for path in runtime.glob("wayland-*") if path.is_socket())
+        if not sockets:
+            raise RuntimeError(f"gnome-shell made no Wayland socket in {runtime}")
+        self.env["WAYLAND_DISPLAY"] = sockets[0]
+        if self.xwayland:
+            self.env.update(self._x_display())
+
+    def _x_display(self):
+        """DISPLAY and XAUTHORITY of the shell's Xwayland. mutter, not
+        being in a GNOME session, can tell nobody, but the private /tmp has
+        only its sockets; the lowest is the public display (mutter keeps
+        the next for itself), and its cookie is in XDG_RUNTIME_DIR."""
+        displays = sorted(int(path.name[1:]) for path in (self.private_tmp / ".X11-unix").glob("X*")
+                          if path.name[1:].isdigit())
+        cookies = sorted(Path(self.env["XDG_RUNTIME_DIR"]).glob(".mutter-Xwaylandauth.*"))
+        if not displays or len(cookies) != 1:
+            raise RuntimeError(f"gnome-shell's Xwayland: X sockets {displays}, cookies {cookies}")
+        return {"DISPLAY": f":{displays[0]}", "XAUTHORITY": str(cookies[0])}
 
     def overview_active(self):
         return bool(self.shell_object.Get("org.gnome.Shell", "OverviewActive",
@@ -273,22 +414,66 @@ class Desktop:
             time.sleep(0.1)
         return differing
 
+    # -- input and windows
+
+    def press(self, *keysyms):
+        """Presses keys one after the other and releases them in reverse
+        order: press(KEY_SHIFT, KEY_TAB) is Shift+Tab. The keys come from a
+        virtual keyboard of a RemoteDesktop session of mutter's, made at the
+        first press and kept (it ends with this connection). The first key
+        event, not the keyboard's arrival, makes the focused window active;
+        Orca then says "Kiosk frame." about 1 s later (measured). A modifier
+        pressed alone is echoed ("left shift")."""
+        import dbus
+
+        if self._keyboard is None:
+            remote = self.bus.get_object("org.gnome.Mutter.RemoteDesktop", "/org/gnome/Mutter/RemoteDesktop",
+                                         introspect=False)
+            path = remote.CreateSession(dbus_interface="org.gnome.Mutter.RemoteDesktop")
+            session = self.bus.get_object("org.gnome.Mutter.RemoteDesktop", path, introspect=False)
+            session.Start(dbus_interface=REMOTE_DESKTOP_SESSION)
+            self._keyboard = session
+        notify = self._keyboard.get_dbus_method("NotifyKeyboardKeysym", REMOTE_DESKTOP_SESSION)
+        for keysym in keysyms:
+            notify(dbus.UInt32(keysym), True)
+        for keysym in reversed(keysyms):
+            notify(dbus.UInt32(keysym), False)
+
+    def show_window(self, title="Kiosk", label="Order now", timeout=30):
+        """Starts gtk_button.py as `gtk-button`: a GTK 3 window `title`
+        with one focused button `label`; returns once it is mapped. Its
+        output says when it becomes active and when the button gets the
+        focus (wait_for_output("gtk-button", "active"))."""
+        process = self.spawn("gtk-button", [TOOLS["python3"], str(GTK_BUTTON), title, label])
+        self.wait_for_output("gtk-button", "mapped", timeout)
+        return process
+
     # -- guidedaccessd
 
-    def start_daemon(self, timeout=15):
+    def start_daemon(self, extra_args=(), timeout=15):
+        """guidedaccessd --user on the session bus, with `env` (after
+        start_shell: the displays too, which the Orca it starts inherits)."""
         if not DAEMON_BINARY.exists():
             raise FileNotFoundError(
                 f"{DAEMON_BINARY} does not exist: build it with 'swift build' or set GUIDEDACCESSD")
-        daemon = self._spawn("guidedaccessd", [str(DAEMON_BINARY), "--user", "--address", self.session_address,
-                                               "--state-dir", str(self.root / "state")])
+        daemon = self.spawn("guidedaccessd", [str(DAEMON_BINARY), "--user", "--address", self.session_address,
+                                              "--state-dir", str(self.root / "state"), *extra_args])
         self.wait_for_name(self.bus, GA_NAME, daemon, timeout)
         return daemon
 
     # -- the end
 
+    def _processes(self):
+        pids = set(processes_in_sessions(self.sessions))
+        if self.namespace is not None:
+            pids.update(processes_in_mount_namespace(self.namespace))
+        return sorted(pids)
+
     def stop(self):
-        """Kills every process in this desktop's sessions and removes its
-        directory; returns the pids still alive afterwards (none)."""
+        """Kills every process in this desktop's sessions and mount
+        namespace and removes its directory; returns the pids still alive
+        afterwards (none). The namespace, and its /tmp, go with its last
+        process."""
         if self not in _LIVE:
             return []
         _LIVE.remove(self)
@@ -298,7 +483,7 @@ class Desktop:
             except Exception:
                 pass
         for _ in range(50):
-            pids = processes_in_sessions(self.sessions)
+            pids = self._processes()
             if not pids:
                 break
             # Stopped first, so that none starts another while they are killed.
@@ -314,8 +499,11 @@ class Desktop:
                 except subprocess.TimeoutExpired:
                     pass
             time.sleep(0.02)
+        if self._namespace_fd is not None:
+            os.close(self._namespace_fd)
+            self._namespace_fd = None
         shutil.rmtree(self.root, ignore_errors=True)
-        return processes_in_sessions(self.sessions)
+        return self._processes()
 
 
 # ---------------------------------------------------------------- images (ImageMagick)

@@ -11,13 +11,19 @@ XDG_CONFIG_HOME, XDG_RUNTIME_DIR and DBUS_SESSION_BUS_ADDRESS) both ears:
   every message it sends to its output module (espeak-ng), stamped with the
   wall-clock time to the microsecond (SpeechLog);
 - the sound itself: PipeWire, WirePlumber and pipewire-pulse with a null
-  sink `speech` as the default sink, whose monitor parec records to a WAV
-  (Recording). speechd.conf sends audio to "pulse", that is to this sink.
+  sink `speech` as the default sink (speechd.conf sends audio to "pulse",
+  that is to this sink), whose monitor parec records; this file, run as a
+  script (`python3 speech.py record FILE.wav`), writes that to a WAV and
+  gives every piece of it a wall-clock time (Recording), so that a test can
+  ask whether there was sound between two times, when sound began after a
+  time, and when it ended.
 
 speech-dispatcher itself is not started here: the screen reader starts it
 (`speech-dispatcher --spawn`, which daemonizes) as it would on a real
 desktop, so that its start-up counts in the time to the first speech. It
 reads the configuration written here because XDG_CONFIG_HOME points here.
+Speech finds it (dispatcher_pids), talks SSIP to it (ssip, cancel_all) and
+ends it (stop_dispatcher).
 
 Every time here is a time.time() value, the clock of speech-dispatcher's log.
 
@@ -26,11 +32,13 @@ callable returning a subprocess.Popen: by default as children of this
 process with `env`, their output in DIRECTORY/NAME.log; a harness that
 runs its desktop as another user or in another mount namespace passes its
 own (gnomeshell.Desktop.spawn is one), which must give them the same
-environment. Nothing here knows which desktop it serves.
+environment. What is written here (speechd.conf, DIRECTORY) is given to the
+owner of XDG_RUNTIME_DIR. Nothing here knows which desktop it serves.
 
 The recipe: ../shared/notes/real-systems.md, section 3."""
 
 import array
+import bisect
 import ctypes
 import html
 import math
@@ -38,16 +46,21 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
 
 TOOLS = {name: f"/usr/bin/{name}" for name in (
-    "pipewire", "wireplumber", "pipewire-pulse", "pactl", "parec", "speech-dispatcher")}
+    "pipewire", "wireplumber", "pipewire-pulse", "pactl", "parec", "speech-dispatcher", "python3")}
 MODULES_DIR = "/usr/lib/speech-dispatcher-modules"
 SINK = "speech"
-RATE = 22050  # espeak-ng's own rate: the recording is not resampled twice
+RATE = 22050  # espeak-ng's own rate, plenty for speech
+# Who the harness is when it talks SSIP (cancel_all), so that
+# speech-dispatcher's log tells it from the screen reader and guidedaccessd.
+CLIENT_NAME = "user:guidedaccess-tests:harness"
 
 # The stock /etc/speech-dispatcher/speechd.conf (Debian 12) with the log
 # turned up to 5 (the only level that logs the text), audio forced to
@@ -113,8 +126,9 @@ class SpeechLog:
     """speech-dispatcher's log, read as it grows: the messages it spoke.
 
     Orca sends SSML (`<speak><mark name="0:5"/>Order <mark …/>now …`);
-    the text kept is what is spoken, "Order now push button.". A message's text may span lines (it ends at `|, ssml_mode=N`); lines
-    are read only once they are complete, so a line being written is never
+    the text kept is what is spoken, "Order now push button.". A
+    message's text may span lines (it ends at `|, ssml_mode=N`); lines are
+    read only once they are complete, so a line being written is never
     half-parsed."""
 
     def __init__(self, path):
@@ -170,72 +184,116 @@ class SpeechLog:
 # ---------------------------------------------------------------- the sound
 
 
-class Recording:
-    """The WAV parec is writing (16-bit mono PCM), read as it grows.
+def _die_with_parent():
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
-    parec writes the header first, with a data length of 0 that it fixes
-    only when it stops, so the data runs to the end of the file whatever the
-    header says. The file has no time stamps: sample i was captured at
-    start + i / RATE, where start is the earliest of `t - n / RATE` over
-    every read (t: when a read returned, n: samples in the file by then).
-    The monitor delivers a continuous stream (silence is zeros, not a gap)
-    in 20 ms fragments, so that bound is within a fragment or two of the
-    truth and the times are late by that much at most."""
+
+def _wav_header(rate, data_bytes):
+    """The 44-byte header of a 16-bit mono PCM WAV."""
+    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + data_bytes, b"WAVE", b"fmt ", 16, 1, 1, rate,
+                       2 * rate, 2, 16, b"data", data_bytes)
+
+
+HEADER_BYTES = len(_wav_header(RATE, 0))
+
+
+def record(path, rate=RATE):
+    """The recorder (`python3 speech.py record FILE.wav`, started by
+    Speech.start): runs parec on the null sink's monitor and writes what it
+    delivers to FILE.wav, and for every read a line `TIME SAMPLES` to
+    FILE.wav.times: the wall-clock time the read returned and the samples
+    written by then, so that every sample has a time even when the sound
+    server drops or delays some: on a loaded machine (60 % CPU steal) the
+    sample count fell 6 % behind the wall clock, so a clock derived from
+    the count alone was off by seconds within a minute. The header's data
+    length is 0 until SIGTERM or SIGINT, which stop parec and complete it."""
+    path = Path(path)
+    # --latency-msec=20: parec delivers every 20 ms (the default is coarse,
+    # and loses the last ~2 s when it stops).
+    parec = subprocess.Popen(
+        [TOOLS["parec"], "-d", f"{SINK}.monitor", "--latency-msec=20", "--raw", f"--rate={rate}",
+         "--channels=1", "--format=s16le"], stdout=subprocess.PIPE, preexec_fn=_die_with_parent)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: parec.terminate())
+    written = 0
+    with open(path, "wb") as wav, open(path.with_name(path.name + ".times"), "w") as times:
+        wav.write(_wav_header(rate, 0))
+        carry = b""
+        while True:
+            data = os.read(parec.stdout.fileno(), 65536)
+            if not data:
+                break
+            now = time.time()
+            data, carry = carry + data, b""
+            if len(data) % 2:
+                data, carry = data[:-1], data[-1:]
+            wav.write(data)
+            wav.flush()  # the samples before the line that gives them a time
+            written += len(data)
+            times.write(f"{now:.6f} {written // 2}\n")
+            times.flush()
+        wav.seek(0)
+        wav.write(_wav_header(rate, written))
+    return parec.wait()
+
+
+class Recording:
+    """What the recorder wrote so far (read as it grows): the samples, and
+    when each was captured. Sample i, delivered by the read that returned
+    at time t with n samples written, was captured at t - (n - i) / RATE:
+    late by the sound server's latency (a fragment or two of 20 ms), never
+    early, and never more than one read's worth off when samples go
+    missing."""
 
     def __init__(self, path, rate=RATE):
         self.path = Path(path)
+        self.times_path = self.path.with_name(self.path.name + ".times")
         self.rate = rate
-        self._data_offset = None
         self._samples = array.array("h")
-        self.start = math.inf
+        self._times = []  # per read: when it returned
+        self._counts = []  # per read: samples written by then
+        self._times_offset = 0
 
     def _read(self):
         try:
-            with open(self.path, "rb") as wav:
-                if self._data_offset is None:
-                    self._data_offset = self._find_data(wav.read(4096))
-                    if self._data_offset is None:
-                        return
-                wav.seek(self._data_offset + 2 * len(self._samples))
-                data = wav.read()
+            with open(self.times_path, "rb") as times:
+                times.seek(self._times_offset)
+                chunk = times.read()
         except FileNotFoundError:
             return
-        now = time.time()
-        self._samples.frombytes(data[:len(data) // 2 * 2])
-        self.start = min(self.start, now - len(self._samples) / self.rate)
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        self._times_offset += len(complete)
+        for line in complete.decode().splitlines():
+            moment, count = line.split()
+            self._times.append(float(moment))
+            self._counts.append(int(count))
+        missing = (self._counts[-1] if self._counts else 0) - len(self._samples)
+        if missing > 0:
+            with open(self.path, "rb") as wav:
+                wav.seek(HEADER_BYTES + 2 * len(self._samples))
+                self._samples.frombytes(wav.read(2 * missing))
 
-    def _find_data(self, header):
-        """Where the samples begin, once the header is complete; checks
-        that the format is the one asked of parec."""
-        if len(header) < 12 or header[:4] != b"RIFF" or header[8:12] != b"WAVE":
-            return None
-        position = 12
-        while position + 8 <= len(header):
-            chunk, size = header[position:position + 4], int.from_bytes(header[position + 4:position + 8], "little")
-            if chunk == b"fmt ":
-                fmt = header[position + 8:position + 24]
-                if len(fmt) < 16:
-                    return None
-                tag, channels, rate = int.from_bytes(fmt[0:2], "little"), int.from_bytes(fmt[2:4], "little"), \
-                    int.from_bytes(fmt[4:8], "little")
-                bits = int.from_bytes(fmt[14:16], "little")
-                if (tag, channels, rate, bits) != (1, 1, self.rate, 16):
-                    raise RuntimeError(f"{self.path}: format {tag=} {channels=} {rate=} {bits=}, "
-                                       f"not 16-bit mono PCM at {self.rate} Hz")
-            if chunk == b"data":
-                return position + 8
-            position += 8 + size + size % 2
-        return None
+    def _time_of(self, index):
+        read = bisect.bisect_right(self._counts, index)
+        return self._times[read] - (self._counts[read] - index) / self.rate
+
+    def _index(self, moment):
+        read = bisect.bisect_left(self._times, moment)
+        if read == len(self._times):
+            return len(self._samples)
+        first = self._counts[read - 1] if read else 0
+        index = round(self._counts[read] - (self._times[read] - moment) * self.rate)
+        return min(self._counts[read], max(first, index))
 
     def recorded_until(self):
-        """The time of the end of the last sample recorded (-inf before the
-        first)."""
+        """The time of the end of the recording so far (-inf before the
+        first read)."""
         self._read()
-        return self.start + len(self._samples) / self.rate if self._samples else -math.inf
+        return self._times[-1] if self._times else -math.inf
 
     def wait_until_recorded(self, moment, timeout=5.0):
         """Waits until the recording reaches `moment`; TimeoutError if it
-        stalls (parec died, or the sink stopped)."""
+        stalls (the recorder or parec died, or the sink stopped)."""
         deadline = time.monotonic() + timeout + max(0.0, moment - time.time())
         while self.recorded_until() < moment:
             if time.monotonic() > deadline:
@@ -243,15 +301,12 @@ class Recording:
                                    f"(it ends at {self.recorded_until():.3f}, now is {time.time():.3f})")
             time.sleep(0.01)
 
-    def _index(self, moment):
-        return min(len(self._samples), max(0, round((moment - self.start) * self.rate)))
-
     def _blocks(self, begin, end):
         """(time, peak) of each BLOCK-long block between two sample indexes."""
         size = max(1, round(BLOCK * self.rate))
         for index in range(begin, end, size):
             block = self._samples[index:min(index + size, end)]
-            yield self.start + index / self.rate, max(max(block), -min(block)) / 32768
+            yield self._time_of(index), max(max(block), -min(block)) / 32768
 
     def level(self, t0, t1):
         """Peak and RMS amplitude between two times (waits until t1 is
@@ -308,13 +363,11 @@ class Recording:
 # ---------------------------------------------------------------- the whole
 
 
-def _die_with_parent():
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class Speech:
-    """Speech capture for one environment: start(), then `log` and
-    `recording`; stop() at the end."""
+    """Speech capture for one environment: start(), then `log` (what
+    speech-dispatcher spoke) and `recording` (what was heard); stop() at
+    the end. DIRECTORY gets speech.wav, speech.wav.times and, with the
+    default spawn, the processes' logs."""
 
     def __init__(self, env, directory, spawn=None):
         self.env = dict(env)
@@ -351,23 +404,29 @@ class Speech:
             raise
         return process.returncode, output.decode(errors="replace").strip()
 
+    def _give(self, path):
+        """Gives a path made here to the environment's owner (the owner of
+        XDG_RUNTIME_DIR): the processes may run as another user."""
+        owner = Path(self.env["XDG_RUNTIME_DIR"]).stat()
+        os.chown(path, owner.st_uid, owner.st_gid)
+
     def write_config(self):
-        """speechd.conf in $XDG_CONFIG_HOME/speech-dispatcher, owned like
-        XDG_CONFIG_HOME (the environment may belong to another user)."""
-        config_home = Path(self.env["XDG_CONFIG_HOME"])
-        config_home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.config_dir.mkdir(mode=0o755, exist_ok=True)
+        """speechd.conf in $XDG_CONFIG_HOME/speech-dispatcher."""
+        for directory in (Path(self.env["XDG_CONFIG_HOME"]), self.config_dir):
+            if not directory.exists():
+                directory.mkdir(mode=0o700)
+                self._give(directory)
         path = self.config_dir / "speechd.conf"
         path.write_text(SPEECHD_CONF)
-        owner = config_home.stat()
-        for made in (self.config_dir, path):
-            os.chown(made, owner.st_uid, owner.st_gid)
+        self._give(path)
 
     def start(self, timeout=20.0):
         """Writes speechd.conf, starts the sound server with the null sink
         as default and the recording; returns once the recording runs."""
         deadline = time.monotonic() + timeout
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.directory.exists():
+            self.directory.mkdir(mode=0o700)
+            self._give(self.directory)
         self.write_config()
 
         def until(what, done):
@@ -391,11 +450,9 @@ class Speech:
         # opened before would go to its auto_null sink and never be heard.
         until(f"the default sink did not become {SINK!r}",
               lambda: self._pactl("set-default-sink", SINK)[0] == 0 and self._pactl("get-default-sink")[1] == SINK)
-        # --latency-msec=20: with the default latency parec loses the last
-        # ~2 s of audio when it stops, and delivers in coarse chunks.
-        self._start("parec", [TOOLS["parec"], "-d", f"{SINK}.monitor", "--latency-msec=20", "--file-format=wav",
-                              f"--rate={RATE}", "--channels=1", "--format=s16le", str(self.recording.path)])
-        until("parec did not start recording", lambda: self.recording.recorded_until() > -math.inf)
+        self._start("speech-recorder", [TOOLS["python3"], str(Path(__file__).resolve()), "record",
+                                        str(self.recording.path)])
+        until("the recorder recorded nothing", lambda: self.recording.recorded_until() > -math.inf)
         return self
 
     # -- speech-dispatcher
@@ -438,6 +495,27 @@ class Speech:
                 replies.append(lines)
         return replies
 
+    def cancel_all(self):
+        """Silences speech-dispatcher: what it speaks and what it has
+        queued, for every client (silence within 0.1 s, measured). The
+        replies: [['208 OK CLIENT NAME SET'], ['213 OK CANCELED']]."""
+        return self.ssip(f"SET self CLIENT_NAME {CLIENT_NAME}", "CANCEL all")
+
+
+    def stop_dispatcher(self, timeout=2.0):
+        """Ends speech-dispatcher and its modules (SIGTERM, then SIGKILL
+        after `timeout`): the next client starts a cold one."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = self.dispatcher_pids()
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + timeout
+            while pids and self.dispatcher_pids() and time.monotonic() < deadline:
+                time.sleep(0.02)
+
     # -- the end
 
     def logs(self):
@@ -457,31 +535,22 @@ class Speech:
         return sections
 
     def stop(self):
-        """Stops speech-dispatcher (so nothing speaks on), then parec (with
-        SIGINT, so that it completes the WAV header), then the sound
-        server."""
+        """Stops speech-dispatcher (so nothing speaks on), then the
+        recorder (it completes the WAV header), then the sound server."""
         self.stop_dispatcher()
-        for name in ("parec", "pipewire-pulse", "wireplumber", "pipewire"):
+        for name in ("speech-recorder", "pipewire-pulse", "wireplumber", "pipewire"):
             process = self.processes.pop(name, None)
             if process is None or process.poll() is not None:
                 continue
-            process.send_signal(signal.SIGINT if name == "parec" else signal.SIGTERM)
+            process.terminate()
             try:
                 process.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
 
-    def stop_dispatcher(self, timeout=2.0):
-        """Ends speech-dispatcher and its modules (SIGTERM, then SIGKILL
-        after `timeout`): the next client starts a cold one."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = self.dispatcher_pids()
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + timeout
-            while pids and self.dispatcher_pids() and time.monotonic() < deadline:
-                time.sleep(0.02)
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["record"] or len(sys.argv) != 3:
+        sys.exit("usage: speech.py record FILE.wav")
+    sys.exit(record(sys.argv[2]))
