@@ -68,18 +68,22 @@ public struct SessionProbe: Sendable {
             display.x11Display = x
             display.xauthority = environment["XAUTHORITY"]
         } else if let compositorPID = display.compositorPID {
-            for name in Self.entries(of: Self.x11SocketDirectory).filter({ $0.hasPrefix("X") }).sorted() {
-                // Xwayland is the compositor's child, or — started on
-                // demand (wlroots) — the compositor holds its socket itself.
-                guard let server = Self.peer(ofSocket: Self.x11SocketDirectory + "/" + name),
-                    server == compositorPID || ProcessTable.parent(of: server) == compositorPID
-                else { continue }
-                display.x11Display = ":" + name.dropFirst()
-                let arguments = ProcessTable.arguments(of: server)
+            // The compositor's Xwayland says its display and -auth file on
+            // its command line (mutter); one started on demand (wlroots)
+            // does not run yet, but the compositor holds its socket.
+            let xwayland = ProcessTable.children(of: compositorPID).first { ProcessTable.name(of: $0) == "Xwayland" }
+            if let xwayland {
+                let arguments = ProcessTable.arguments(of: xwayland)
+                display.x11Display = arguments.dropFirst().first { $0.hasPrefix(":") }
                 if let i = arguments.firstIndex(of: "-auth"), i + 1 < arguments.count {
                     display.xauthority = arguments[i + 1]
                 }
-                break
+            } else {
+                for name in Self.entries(of: Self.x11SocketDirectory).filter({ $0.hasPrefix("X") }).sorted()
+                where Self.peer(ofSocket: Self.x11SocketDirectory + "/" + name) == compositorPID {
+                    display.x11Display = ":" + name.dropFirst()
+                    break
+                }
             }
         }
         return display

@@ -143,6 +143,11 @@ enum ProcessTable {
         return Int32(stat[1])
     }
 
+    /// The pids whose parent is `pid`.
+    static func children(of pid: Int32) -> [Int32] {
+        SessionProbe.entries(of: "/proc").compactMap { Int32($0) }.filter { parent(of: $0) == pid }.sorted()
+    }
+
     /// `/proc/PID/comm`, the process's name.
     static func name(of pid: Int32) -> String? {
         guard let bytes = try? FileContents.read("/proc/\(pid)/comm") else { return nil }

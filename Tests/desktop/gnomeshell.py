@@ -232,14 +232,15 @@ class Desktop:
     def logs(self):
         return [(f"{name} (pid {process.pid}) output", self.log(name)) for name, process in self.processes.items()]
 
-    def spawn(self, name, argv, stdout=None):
-        """Starts a process of this desktop: with `env`, in its mount
-        namespace, leading a session of its own, its output (and stdout
-        unless given) appended to NAME.log."""
+    def spawn(self, name, argv, stdout=None, env=None):
+        """Starts a process of this desktop: with `env` (self.env unless
+        given), in its mount namespace, leading a session of its own, its
+        output (and stdout unless given) appended to NAME.log."""
         with open(self.root / f"{name}.log", "ab") as log:
             self._output_start[name] = log.tell()
             process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=stdout or log, stderr=log, env=self.env,
+                argv, stdin=subprocess.DEVNULL, stdout=stdout or log, stderr=log,
+                env=self.env if env is None else env,
                 start_new_session=True, preexec_fn=_child_setup(self._namespace_fd))
         self.processes[name] = process
         self.sessions.add(process.pid)
@@ -450,14 +451,17 @@ class Desktop:
 
     # -- guidedaccessd
 
-    def start_daemon(self, extra_args=(), timeout=15):
+    def start_daemon(self, extra_args=(), timeout=15, without=()):
         """guidedaccessd --user on the session bus, with `env` (after
-        start_shell: the displays too, which the Orca it starts inherits)."""
+        start_shell: the displays too, which the Orca it starts inherits)
+        but the variables named in `without` (a service started by systemd
+        or D-Bus activation may lack WAYLAND_DISPLAY, DISPLAY, XAUTHORITY)."""
         if not DAEMON_BINARY.exists():
             raise FileNotFoundError(
                 f"{DAEMON_BINARY} does not exist: build it with 'swift build' or set GUIDEDACCESSD")
+        env = {name: value for name, value in self.env.items() if name not in without}
         daemon = self.spawn("guidedaccessd", [str(DAEMON_BINARY), "--user", "--address", self.session_address,
-                                              "--state-dir", str(self.root / "state"), *extra_args])
+                                              "--state-dir", str(self.root / "state"), *extra_args], env=env)
         self.wait_for_name(self.bus, GA_NAME, daemon, timeout)
         return daemon
 
