@@ -6,6 +6,7 @@ runs in system mode on it (memory backend: the dconf lockdown has tests of
 its own). Callers other than root come from `setpriv --reuid=65534`.
 """
 
+import os
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ import dbus
 import pytest
 
 from conftest import start_guidedaccessd
+from gadaemon import GA_ERROR, Recorder
 
 NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
 POLKIT = ("org.freedesktop.PolicyKit1", "/org/freedesktop/PolicyKit1/Authority")
@@ -213,3 +215,42 @@ def test_logind_absent_is_logged_and_the_session_starts(ga_env, system_daemon):
     assert ga_env.busctl_call("StartSession", "a{sv}", "0")[0] == 0
     assert session_active(ga_env)
     assert wait_for(lambda: "no sleep inhibitor" in daemon.log())
+
+
+# ---------------------------------------------------------------- the desktop (spec: "Making features real")
+
+
+def start_dconf_system_daemon(env):
+    """System mode with the dconf backend (the desktop decides what it
+    supports; the memory backend realises everything) on a database of the
+    test's; `dconf update` announces on the test's bus."""
+    (env.root / "db").mkdir()
+    config = env.write_config(f"[Service]\nBackend=dconf\n[Dconf]\nDatabaseDir={env.root}/db\nLockOutsideSession=false\n")
+    return start_guidedaccessd(env, config=config, args=("--system",), extra_env={"DBUS_SYSTEM_BUS_ADDRESS": env.address})
+
+
+def test_system_mode_takes_its_desktop_from_seat0s_active_graphical_session(ga_env):
+    logind = start_mock(ga_env, "logind")
+    path = logind.AddSession("c1", "seat0", dbus.UInt32(1000), "kiosk", True, dbus_interface="org.freedesktop.DBus.Mock")
+    session = dbus.bus.BusConnection(ga_env.address).get_object(LOGIND[0], path)
+    session.AddProperty("org.freedesktop.login1.Session", "Desktop", "sway", dbus_interface="org.freedesktop.DBus.Mock")
+    session.UpdateProperties("org.freedesktop.login1.Session", {"Type": "wayland"},
+                             dbus_interface="org.freedesktop.DBus.Mock")
+    daemon = start_dconf_system_daemon(ga_env)
+    rec = Recorder(ga_env)
+    assert rec.prop("Desktop") == "sway"
+    # GTK apps read the locked keys; the system service cannot start a screen
+    # reader in the user's session, and sway starts none from the key.
+    assert rec.prop("SupportedFeatures") == ["high-contrast", "large-text", "reduce-motion"]
+    assert "desktop: sway (logind: seat0's session, sway)" in daemon.log()
+    name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["screen-reader"], signature="s")},))
+    assert name == GA_ERROR + "UnsupportedFeature"
+    assert message.startswith("screen-reader: in system mode only a desktop that starts the screen reader"), message
+
+
+def test_system_mode_without_a_graphical_session_falls_back_to_the_installed_desktop(ga_env):
+    start_mock(ga_env, "logind")  # no session on seat0
+    daemon = start_dconf_system_daemon(ga_env)
+    installed = os.access("/usr/bin/gnome-shell", os.X_OK)
+    assert Recorder(ga_env).prop("Desktop") == ("gnome-shell" if installed else "none")
+    assert ("gnome-shell is installed" if installed else "no graphical session on seat0") in daemon.log()
