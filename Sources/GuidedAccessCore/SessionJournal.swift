@@ -311,13 +311,17 @@ extension JournalRecord.SessionRecord {
         members += [
             ("ownerUID", .number(String(ownerUID))),
         ]
-        if let screenReader {
+        switch screenReader {
+        case .process(let pid, let startTime, let bootID)?:
             members.append(
                 ("screenReader",
                  .object([
-                    ("bootID", .string(screenReader.bootID)), ("pid", .number(String(screenReader.pid))),
-                    ("startTime", .number(String(screenReader.startTime))),
+                    ("bootID", .string(bootID)), ("pid", .number(String(pid))), ("startTime", .number(String(startTime))),
                  ])))
+        case .unit(let name)?:
+            members.append(("screenReader", .object([("unit", .string(name))])))
+        case nil:
+            break
         }
         members += [
             ("snapshot", .array(snapshot.map { $0.json() })),
@@ -343,10 +347,18 @@ extension JournalRecord.SessionRecord {
             try JournalRecord.SnapshotEntry(json: item)
         }
         if let program = json["screenReader"], program != .null {
-            let pid: Int32 = try program.integer("pid")
-            guard pid > 0 else { throw .init(reason: "the screen reader's pid \(pid) is not a process id") }
-            screenReader = ProgramRecord(
-                pid: pid, startTime: try program.integer("startTime"), bootID: try program.string("bootID"))
+            if program["unit"] != nil {
+                let name = try program.string("unit")
+                guard name.hasSuffix(".service"), !name.contains("/") else {
+                    throw .init(reason: "the screen reader's unit '\(name)' is not a service unit")
+                }
+                screenReader = .unit(name)
+            } else {
+                let pid: Int32 = try program.integer("pid")
+                guard pid > 0 else { throw .init(reason: "the screen reader's pid \(pid) is not a process id") }
+                screenReader = .process(
+                    pid: pid, startTime: try program.integer("startTime"), bootID: try program.string("bootID"))
+            }
         } else {
             screenReader = nil
         }

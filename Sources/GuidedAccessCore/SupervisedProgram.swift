@@ -1,19 +1,19 @@
 /// A program the service started in the kiosk's session, as the journal
-/// keeps it so that a restarted service finds it again: its pid, and what
-/// makes the pid that process and no later one — its start time (clock
-/// ticks after boot, `/proc/PID/stat` field 22) on this boot.
-public struct ProgramRecord: Hashable, Sendable, CustomStringConvertible {
-    public var pid: Int32
-    public var startTime: UInt64
-    public var bootID: String
+/// keeps it so that a restarted service finds it again.
+public enum ProgramRecord: Hashable, Sendable, CustomStringConvertible {
+    /// A child process: its pid, and what makes the pid that process and no
+    /// later one — its start time (clock ticks after boot, `/proc/PID/stat`
+    /// field 22) on this boot.
+    case process(pid: Int32, startTime: UInt64, bootID: String)
+    /// A transient unit of the user's systemd manager, by name.
+    case unit(String)
 
-    public init(pid: Int32, startTime: UInt64, bootID: String) {
-        self.pid = pid
-        self.startTime = startTime
-        self.bootID = bootID
+    public var description: String {
+        switch self {
+        case .process(let pid, _, _): return "pid \(pid)"
+        case .unit(let name): return "unit \(name)"
+        }
     }
-
-    public var description: String { "pid \(pid)" }
 }
 
 /// When a supervised program that exits is started again: at once and then

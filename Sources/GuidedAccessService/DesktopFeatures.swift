@@ -184,84 +184,95 @@ extension GuidedAccessService {
 
     private var orcaPath: String? { SessionProbe(environment: settings.sessionEnvironment).executable("orca") }
 
-    /// After the keys of a call were written: starts the screen reader if
-    /// the call turned `screen-reader` on and the service must run it. If it
-    /// cannot be started, the call's keys are put back (all or nothing) and
-    /// the call fails with `BackendFailed`.
-    func startScreenReaderIfTurnedOn(
-        from before: Set<Feature>, in new: inout Session, undoing change: KeyMapChange
-    ) throws(GuidedAccessError) {
-        guard runsScreenReader, let screenReader, new.features.contains(.screenReader), !before.contains(.screenReader)
-        else { return }
+    /// Whether a change of the session's features from `before` to `after`
+    /// turns on a screen reader the service must start.
+    func turnsOnScreenReader(from before: Set<Feature>, to after: Set<Feature>) -> Bool {
+        runsScreenReader && after.contains(.screenReader) && !before.contains(.screenReader)
+    }
+
+    /// Starts the screen reader for the session `generation`, once its keys
+    /// are written and it is the session (other calls may run while a unit
+    /// starts). Throws `BackendFailed` when it cannot be started; the caller
+    /// undoes its change. A session that ended or turned the feature off
+    /// meanwhile has stopped it already.
+    func startScreenReader(for generation: UInt64) async throws(GuidedAccessError) {
+        guard let screenReader else { return }
+        let record: ProgramRecord
         do throws(ProgramError) {
             guard let orca = orcaPath else { throw ProgramError("orca is not installed") }
-            new.screenReader = try screenReader.start(orca: orca, environment: screenReaderEnvironment)
+            record = try await screenReader.start(orca: orca, environment: screenReaderEnvironment)
         } catch {
-            undo(change, of: new, back: before)
+            guard isCurrent(generation), session?.features.contains(.screenReader) == true else { return }
             throw .backendFailed("screen-reader: \(error.message); nothing was changed")
         }
+        guard isCurrent(generation), var current = session, current.features.contains(.screenReader) else { return }
+        current.screenReader = record
+        session = current
         do {
-            try record(new)
+            try self.record(current)
         } catch {
-            logger.error("cannot journal the screen reader's pid \(new.screenReader?.pid ?? 0): \(error)")
+            logger.error("cannot journal the screen reader (\(record)): \(error)")
         }
     }
 
-    /// Stops the screen reader when the call turned `screen-reader` off.
+    /// A StartSession whose screen reader could not be started: the session
+    /// does not start — its keys go back, the journal holds no session. If
+    /// the keys cannot be put back it stays, for EndSession to retry.
+    func abandon(_ generation: UInt64) {
+        guard isCurrent(generation), let started = session else { return }
+        do {
+            try backend.apply(started.restoringChanges)
+            session = nil
+            try record(nil)
+        } catch {
+            logger.error("cannot undo the session whose screen reader failed: \(error); it stays for EndSession")
+        }
+    }
+
+    /// A ConfigureForSession whose screen reader could not be started: what
+    /// the call turned on (`added`) goes off again, as a call turning it off
+    /// would (all or nothing).
+    func turnOff(_ added: Set<Feature>) throws {
+        guard var current = session else { return }
+        let features = current.features.subtracting(added)
+        guard features != current.features else { return }
+        let change = keyMap.change(from: current.features, to: features, options: current.keyMapOptions)
+        current.features = features
+        if !features.contains(.screenReader) { current.screenReader = nil }
+        try write(change, into: &current)
+        session = current
+    }
+
+    /// Stops the screen reader when a call turned `screen-reader` off.
     func stopScreenReaderIfTurnedOff(from before: Set<Feature>, in new: inout Session) {
         guard before.contains(.screenReader), !new.features.contains(.screenReader), let screenReader else { return }
         screenReader.stop()
-        if new.screenReader != nil {
-            new.screenReader = nil
-            try? record(new)
-        }
+        new.screenReader = nil
     }
 
-    /// Puts back what `change` wrote (the screen reader could not be
-    /// started): each key to its value before the call — the earlier
-    /// features' value, or its snapshot — and the journal to the session
-    /// before the call (the caller throws; `new` is dropped).
-    private func undo(_ change: KeyMapChange, of new: Session, back before: Set<Feature>) {
-        let old = keyMap.keyValues(for: before, options: new.keyMapOptions)
-        var restoring: [SettingKey: SettingValue?] = [:]
-        for key in change.write.keys {
-            if let value = old[key] {
-                restoring[key] = .some(value)
-            } else if let stored = new.snapshot[key] {
-                restoring[key] = .some(stored.settingValue)
-            }
-        }
-        do {
-            try backend.apply(restoring)
-            try record(session)
-        } catch {
-            logger.error("cannot put back the keys of a failed screen-reader start: \(error)")
-        }
-    }
-
-    /// A resumed session: its screen reader runs again — the journal's
-    /// process if it is still there, else a new one — or, when the session
-    /// no longer wants one, the journal's is stopped.
-    func resumeScreenReader() {
-        guard var current = session, let screenReader else { return }
-        let wants = current.features.contains(.screenReader) && runsScreenReader
-        if !wants {
-            if let leftOver = current.screenReader { screenReader.stopLeftOver(leftOver) }
-            guard current.screenReader != nil else { return }
-            current.screenReader = nil
-        } else {
-            do {
+    /// A resumed session: its screen reader goes again — the journal's run
+    /// if it is still there, else a new one — or, when the session no longer
+    /// wants one, the journal's is stopped.
+    func resumeScreenReader() async {
+        guard let recorded = session, let screenReader else { return }
+        let generation = sessionGeneration
+        var record: ProgramRecord?
+        if recorded.features.contains(.screenReader) && runsScreenReader {
+            do throws(ProgramError) {
                 guard let orca = orcaPath else { throw ProgramError("orca is not installed") }
-                current.screenReader = try screenReader.resume(
-                    current.screenReader, orca: orca, environment: screenReaderEnvironment)
+                record = try await screenReader.resume(
+                    recorded.screenReader, orca: orca, environment: screenReaderEnvironment)
             } catch {
                 logger.error("screen reader: cannot start it for the resumed session: \(error)")
-                current.screenReader = nil
             }
+        } else if let leftOver = recorded.screenReader {
+            await screenReader.stopLeftOver(leftOver)
         }
+        guard isCurrent(generation), var current = session, current.screenReader != record else { return }
+        current.screenReader = record
         session = current
         do {
-            try record(current)
+            try self.record(current)
         } catch {
             logger.error("\(error)")
         }

@@ -100,7 +100,7 @@ public actor GuidedAccessService {
         }
         screenReader =
             settings.mode == .user && backend.realisesEveryFeature == false
-            ? ScreenReader(loop: connection.loop, logger: logger) : nil
+            ? ScreenReader(loop: connection.loop, bus: connection, logger: logger) : nil
     }
 
     // MARK: Start-up
@@ -157,7 +157,7 @@ public actor GuidedAccessService {
         )
         if recovered.isExpired(nowUsec: Self.nowUsec()) {
             logger.notice("its time limit passed while the service was down; ending it")
-            if let leftOver = recovered.screenReader { screenReader?.stopLeftOver(leftOver) }
+            if let leftOver = recovered.screenReader { await screenReader?.stopLeftOver(leftOver) }
             do {
                 try await endSession(reason: "time-limit")
             } catch {
@@ -168,7 +168,7 @@ public actor GuidedAccessService {
         }
         if let owner = recovered.owner { await watchOwner(owner) }
         scheduleDeadline()
-        resumeScreenReader()
+        await resumeScreenReader()
         if recovered.inhibitSleep { await inhibitor.acquire() }
     }
 
@@ -310,10 +310,18 @@ public actor GuidedAccessService {
             var new = Session(owner: caller, options: options, nowUsec: Self.nowUsec())
             let change = keyMap.change(from: [], to: new.features, options: new.keyMapOptions)
             try write(change, into: &new)
-            try startScreenReaderIfTurnedOn(from: [], in: &new, undoing: change)
             session = new
             sessionGeneration &+= 1
             let generation = sessionGeneration
+            if turnsOnScreenReader(from: [], to: new.features) {
+                do {
+                    try await startScreenReader(for: generation)
+                } catch {
+                    abandon(generation)
+                    throw error
+                }
+                guard isCurrent(generation) else { return }
+            }
             logger.notice(
                 "session started by \(caller.uniqueName) (\(caller.identity.ownerIdentity)), features \(new.features.sortedWireNames)")
             settings.audit.record(
@@ -359,9 +367,21 @@ public actor GuidedAccessService {
         let before = new.features
         new.features = features
         try write(change, into: &new)
-        try startScreenReaderIfTurnedOn(from: before, in: &new, undoing: change)
         stopScreenReaderIfTurnedOff(from: before, in: &new)
         session = new
+        if turnsOnScreenReader(from: before, to: features) {
+            do {
+                try await startScreenReader(for: sessionGeneration)
+            } catch {
+                do {
+                    try turnOff(features.subtracting(before))
+                } catch {
+                    logger.error("cannot turn off what a call whose screen reader failed turned on: \(error)")
+                }
+                await announce()
+                throw error
+            }
+        }
         logger.info("features \(enabled ? "on" : "off"): \(requested.sortedWireNames); now \(features.sortedWireNames)")
         settings.audit.record(
             .featuresChanged, caller: caller.identity,
@@ -413,7 +433,7 @@ public actor GuidedAccessService {
         }
     }
 
-    private func isCurrent(_ generation: UInt64) -> Bool {
+    func isCurrent(_ generation: UInt64) -> Bool {
         session != nil && sessionGeneration == generation
     }
 
@@ -465,7 +485,7 @@ public actor GuidedAccessService {
 
     /// Records the snapshot of the keys `change` writes, journals, then
     /// writes — all or nothing.
-    private func write(_ change: KeyMapChange, into new: inout Session) throws {
+    func write(_ change: KeyMapChange, into new: inout Session) throws {
         guard !change.isEmpty else {
             try record(new)
             return

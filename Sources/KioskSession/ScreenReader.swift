@@ -4,43 +4,62 @@ import GuidedAccessCore
 import Logging
 
 /// The screen reader the service runs in the kiosk's session where nothing
-/// in the session starts one: Orca as a child process, watched through its
-/// pidfd, started again with back-off when it exits during the session,
-/// given up on after too many exits (`RestartPolicy`), and stopped — SIGTERM,
-/// then SIGKILL after a grace period — when the feature goes off or the
-/// session ends. Once it is gone, whatever it left queued in
-/// speech-dispatcher is cancelled: the next customer must not hear the last
-/// one's session.
+/// in the session starts one: Orca, as a transient unit of the user's
+/// systemd manager where the session bus has one (logged, in the user's
+/// cgroup), else as a child process watched through its pidfd. It is
+/// started again with back-off when it exits during the session, given up
+/// on after too many exits (`RestartPolicy`), and stopped — SIGTERM, then
+/// SIGKILL after a grace period — when the feature goes off or the session
+/// ends. Once it is gone, whatever it left queued in speech-dispatcher is
+/// cancelled: the next customer must not hear the last one's session.
 ///
 /// Owned by the service and used only on the event loop's thread (the
 /// service's executor), as are its own timers and exit events: its state
-/// needs no lock, and the service can start or stop it without a suspension
-/// point in the middle of a transaction.
+/// needs no lock.
 public final class ScreenReader: @unchecked Sendable {
     public enum Event: Sendable {
-        /// Started again after an exit: the journal must name the new process.
+        /// Started again after an exit: the journal must name the new run.
         case restarted(ProgramRecord)
         /// Too many exits: it stays off until the feature is turned on again.
         case gaveUp(exits: Int, lastExit: String)
     }
 
+    /// One run of the screen reader.
+    private enum Run {
+        case process(WatchedProcess)
+        case unit(TransientUnit)
+
+        var record: ProgramRecord {
+            switch self {
+            case .process(let process): return process.record
+            case .unit(let unit): return .unit(unit.name)
+            }
+        }
+    }
+
     private let loop: EventLoop
+    /// The session bus, where a systemd user manager may run units.
+    private let bus: Connection?
     private let logger: Logger
     private let gracePeriod: Duration
     private var events: (@Sendable (Event) -> Void)?
     /// How it is started: `orca --replace` (so it replaces any other Orca of
     /// the user: exactly one speaks) and the session's environment.
     private var launch: (argv: [String], environment: [String: String])?
-    /// The one that should be running.
-    private var current: WatchedProcess?
-    /// Stopped ones not gone yet, by pid, with their SIGKILL timers.
-    private var leaving: [Int32: (process: WatchedProcess, kill: Task<Void, Never>)] = [:]
+    /// The run that should be going, and a number for the next unit's name.
+    private var current: Run?
+    private var runs = 0
+    /// Stopped runs not gone yet, by record, with their SIGKILL timers.
+    private var leaving: [ProgramRecord: Task<Void, Never>?] = [:]
     private var wanted = false
     private var policy = RestartPolicy()
     private var restart: Task<Void, Never>?
 
-    public init(loop: EventLoop, logger: Logger, gracePeriod: Duration = .milliseconds(500)) {
+    /// `bus`: the session bus, to run the screen reader as a unit of the
+    /// user's systemd manager when there is one there; nil: child processes.
+    public init(loop: EventLoop, bus: Connection?, logger: Logger, gracePeriod: Duration = .milliseconds(500)) {
         self.loop = loop
+        self.bus = bus
         self.logger = logger
         self.gracePeriod = gracePeriod
     }
@@ -49,122 +68,154 @@ public final class ScreenReader: @unchecked Sendable {
         events = handler
     }
 
-    /// The process the journal should name; nil while none runs.
-    public var record: ProgramRecord? { current?.record }
-
     /// Starts the screen reader, unless it runs already; returns once it has
     /// been started (not once it has spoken).
-    public func start(orca: String, environment: [String: String]) throws(ProgramError) -> ProgramRecord {
+    public func start(orca: String, environment: [String: String]) async throws(ProgramError) -> ProgramRecord {
         restart?.cancel()
         restart = nil
         wanted = true
         launch = ([orca, "--replace"], environment)
         if let current { return current.record }
         policy.reset()
-        return try spawn()
+        return try await launchRun()
     }
 
     /// A restarted service's screen reader for a resumed session: the
-    /// journal's process if it still runs (it is watched from now on),
-    /// else a new one. Returns the record to journal.
+    /// journal's run if it still goes (it is followed from now on), else a
+    /// new one. Returns the record to journal.
     public func resume(
         _ record: ProgramRecord?, orca: String, environment: [String: String]
-    ) throws(ProgramError) -> ProgramRecord {
-        if current == nil, let record, let process = WatchedProcess(adopting: record, loop: loop) {
-            logger.notice("screen reader: pid \(record.pid), started before the service restarted, adopted")
-            current = process
-            watch(process)
+    ) async throws(ProgramError) -> ProgramRecord {
+        if current == nil, let record, let run = await find(record) {
+            logger.notice("screen reader: \(record), started before the service restarted, adopted")
+            current = run
+            follow(run)
         }
-        return try start(orca: orca, environment: environment)
+        return try await start(orca: orca, environment: environment)
     }
 
     /// Stops the screen reader the journal names for a session that is over
-    /// (ended while the service was down): if it is still that process.
-    public func stopLeftOver(_ record: ProgramRecord) {
-        guard let process = WatchedProcess(adopting: record, loop: loop) else { return }
-        logger.notice("screen reader: pid \(record.pid) outlived its session while the service was down; stopping it")
-        watch(process)
-        terminate(process)
+    /// (ended while the service was down), if it still goes.
+    public func stopLeftOver(_ record: ProgramRecord) async {
+        guard let run = await find(record) else { return }
+        logger.notice("screen reader: \(record) outlived its session while the service was down; stopping it")
+        follow(run)
+        terminate(run)
     }
 
     /// Stops it: the feature went off or the session ended. Returns at once;
-    /// the process is gone within the grace period.
+    /// the run is gone within the grace period.
     public func stop() {
         wanted = false
         restart?.cancel()
         restart = nil
-        guard let process = current else { return }
+        guard let run = current else { return }
         current = nil
-        terminate(process)
+        terminate(run)
     }
 
-    // MARK: Processes
+    // MARK: Runs
 
-    private func spawn() throws(ProgramError) -> ProgramRecord {
+    private func launchRun() async throws(ProgramError) -> ProgramRecord {
         guard let launch else { throw ProgramError("no screen reader to start") }
-        let process = try WatchedProcess(spawning: launch.argv, environment: launch.environment, loop: loop)
-        current = process
-        watch(process)
-        logger.info("screen reader: started \(launch.argv.joined(separator: " ")), pid \(process.pid)")
-        return process.record
+        let run: Run
+        if let bus, await TransientUnit.isAvailable(on: bus) {
+            runs += 1
+            let name = "guidedaccess-screen-reader-\(getpid())-\(runs).service"
+            run = .unit(
+                try await TransientUnit.start(
+                    name: name, argv: launch.argv, environment: launch.environment, grace: gracePeriod, connection: bus))
+        } else {
+            run = .process(try WatchedProcess(spawning: launch.argv, environment: launch.environment, loop: loop))
+        }
+        // A stop() or another start() may have come while a unit started.
+        if !wanted || current != nil {
+            follow(run)
+            terminate(run)
+            if let current { return current.record }
+            throw ProgramError("the screen reader was turned off while it started")
+        }
+        current = run
+        follow(run)
+        logger.info("screen reader: started \(launch.argv.joined(separator: " ")) as \(run.record)")
+        return run.record
     }
 
-    private func watch(_ process: WatchedProcess) {
-        let pid = process.pid
-        process.watch { [self] how in
-            self.exited(pid, how)
+    private func find(_ record: ProgramRecord) async -> Run? {
+        switch record {
+        case .process:
+            return WatchedProcess(adopting: record, loop: loop).map(Run.process)
+        case .unit(let name):
+            guard let bus else { return nil }
+            return await TransientUnit.adopt(name: name, connection: bus).map(Run.unit)
         }
     }
 
-    private func terminate(_ process: WatchedProcess) {
-        process.send(SIGTERM)
-        let grace = gracePeriod
-        let kill = Task(executorPreference: loop) { [loop, logger] in
-            guard (try? await loop.sleep(for: grace)) != nil else { return }
-            logger.warning("screen reader: pid \(process.pid) did not exit within \(grace) of SIGTERM; killing it")
-            process.send(SIGKILL)
+    private func follow(_ run: Run) {
+        let record = run.record
+        let handler: @Sendable (String) -> Void = { [self] how in ended(record, how) }
+        switch run {
+        case .process(let process): process.watch(handler)
+        case .unit(let unit): unit.watch(handler)
         }
-        leaving[process.pid] = (process, kill)
     }
 
-    private func exited(_ pid: Int32, _ how: String) {
-        if let left = leaving.removeValue(forKey: pid) {
-            left.kill.cancel()
-            logger.info("screen reader: pid \(pid) stopped (\(how))")
+    /// SIGTERM now; SIGKILL after the grace period (a unit: systemd's own
+    /// timeout, `TimeoutStopUSec`). Orca's SIGTERM handler waits for its
+    /// main loop, which on an idle desktop can be seconds or never.
+    private func terminate(_ run: Run) {
+        switch run {
+        case .process(let process):
+            process.send(SIGTERM)
+            let grace = gracePeriod
+            leaving[run.record] = Task(executorPreference: loop) { [loop, logger] in
+                guard (try? await loop.sleep(for: grace)) != nil else { return }
+                logger.info("screen reader: pid \(process.pid) did not exit within \(grace) of SIGTERM; killing it")
+                process.send(SIGKILL)
+            }
+        case .unit(let unit):
+            unit.stop()
+            leaving[run.record] = .some(nil)
+        }
+    }
+
+    private func ended(_ record: ProgramRecord, _ how: String) {
+        if let kill = leaving.removeValue(forKey: record) {
+            kill?.cancel()
+            logger.info("screen reader: \(record) stopped (\(how))")
             if current == nil { SpeechDispatcher.cancelAll(environment: launch?.environment ?? [:], logger: logger) }
             return
         }
-        guard current?.pid == pid else { return }
+        guard current?.record == record else { return }
         current = nil
-        if wanted { exitedDuringSession(pid, how) }
+        if wanted { endedDuringSession("\(record)", how) }
     }
 
-    private func exitedDuringSession(_ pid: Int32, _ how: String) {
+    private func endedDuringSession(_ what: String, _ how: String) {
         switch policy.exited(atMilliseconds: Self.nowMilliseconds()) {
         case .restart(let delay):
-            logger.warning("screen reader: pid \(pid) exited during the session (\(how)); starting it again in \(delay) ms")
+            logger.warning("screen reader: \(what) exited during the session (\(how)); starting it again in \(delay) ms")
             restart = Task(executorPreference: loop) { [self, loop] in
                 guard (try? await loop.sleep(for: .milliseconds(delay))) != nil else { return }
-                self.restartNow()
+                await restartNow()
             }
         case .giveUp(let exits):
             logger.error(
-                "screen reader: exited \(exits) times within \(policy.intervalMilliseconds / 1000) s (last: pid \(pid), \(how)); giving up"
+                "screen reader: exited \(exits) times within \(policy.intervalMilliseconds / 1000) s (last: \(what), \(how)); giving up"
             )
             wanted = false
             events?(.gaveUp(exits: exits, lastExit: how))
         }
     }
 
-    private func restartNow() {
+    private func restartNow() async {
         restart = nil
         guard wanted, current == nil else { return }
         do {
-            let record = try spawn()
-            events?(.restarted(record))
+            events?(.restarted(try await launchRun()))
         } catch {
             logger.error("screen reader: \(error)")
-            exitedDuringSession(0, "could not be started again")
+            if wanted, current == nil { endedDuringSession("a new run", "could not be started: \(error)") }
         }
     }
 

@@ -19,7 +19,7 @@ public struct ProgramError: Error, Hashable, Sendable, CustomStringConvertible {
 /// Used only on the loop's thread (by the actor that owns it).
 final class WatchedProcess: @unchecked Sendable {
     let record: ProgramRecord
-    var pid: Int32 { record.pid }
+    let pid: Int32
     /// A child is reaped here; an adopted process (after a restart of the
     /// service) is its new parent's to reap.
     let isChild: Bool
@@ -43,7 +43,8 @@ final class WatchedProcess: @unchecked Sendable {
             if fd >= 0 { close(fd) }
             throw ProgramError("cannot watch \(argv[0]) (pidfd_open: \(String(cString: strerror(max(-fd, 0)))))")
         }
-        self.record = ProgramRecord(pid: pid, startTime: startTime, bootID: ProcessTable.bootID)
+        self.record = .process(pid: pid, startTime: startTime, bootID: ProcessTable.bootID)
+        self.pid = pid
         self.isChild = true
         self.loop = loop
         self.fd = fd
@@ -52,16 +53,17 @@ final class WatchedProcess: @unchecked Sendable {
     /// The process `record` names, if it is still that process (same start
     /// time on the same boot); nil otherwise.
     init?(adopting record: ProgramRecord, loop: EventLoop) {
-        guard record.bootID == ProcessTable.bootID else { return nil }
-        let fd = ga_pidfd_open(record.pid)
+        guard case .process(let pid, let startTime, let bootID) = record, bootID == ProcessTable.bootID else { return nil }
+        let fd = ga_pidfd_open(pid)
         guard fd >= 0 else { return nil }
         // Read after the pidfd is open: if it names the same start time now,
         // the pidfd refers to that process, not to a later one with its pid.
-        guard ProcessTable.startTime(of: record.pid) == record.startTime else {
+        guard ProcessTable.startTime(of: pid) == startTime else {
             close(fd)
             return nil
         }
         self.record = record
+        self.pid = pid
         self.isChild = false
         self.loop = loop
         self.fd = fd

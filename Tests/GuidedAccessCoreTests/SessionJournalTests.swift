@@ -56,7 +56,7 @@ import Testing
 
     @Test func theScreenReaderTheServiceStartedIsRecordedWithItsStartTimeAndBoot() throws {
         var state = sampleState
-        state.session?.screenReader = ProgramRecord(pid: 4242, startTime: 123_456, bootID: "0b5e")
+        state.session?.screenReader = .process(pid: 4242, startTime: 123_456, bootID: "0b5e")
         try journal.record(state)
         #expect(try journal.load() == state)
         let text = try #require(directory.read("journal.json"))
@@ -65,9 +65,16 @@ import Testing
         }
     }
 
+    @Test func aScreenReaderRunAsAUnitIsRecordedByItsName() throws {
+        var state = sampleState
+        state.session?.screenReader = .unit("guidedaccess-screen-reader-42-1.service")
+        try journal.record(state)
+        #expect(try journal.load() == state)
+    }
+
     @Test func aScreenReaderRecordWithANonPositivePidIsCorrupt() throws {
         var state = sampleState
-        state.session?.screenReader = ProgramRecord(pid: 7, startTime: 1, bootID: "b")
+        state.session?.screenReader = .process(pid: 7, startTime: 1, bootID: "b")
         try journal.record(state)
         let text = try #require(directory.read("journal.json")).replacing(#""pid" : 7"#, with: #""pid" : -1"#)
         directory.write(text, to: "journal.json")

@@ -84,11 +84,13 @@ def test_a_screen_reader_that_cannot_be_started_fails_the_call_and_changes_nothi
     orca = tmp_path / "orca"
     orca.write_bytes(b"\x7fELF not really\n")
     orca.chmod(stat.S_IRWXU)
-    config = ga_env.write_config("[Service]\nDesktop=x11\n")
+    # A bare gnome-shell (no gnome-session): the service starts the screen reader.
+    ga_env.stand_for_no_desktop()
+    config = ga_env.write_config("[Service]\nDesktop=gnome-shell\n")
     start_guidedaccessd(ga_env, config=config,
                         extra_env={"DISPLAY": ":99", "PATH": f"{tmp_path}:{os.environ.get('PATH', '/usr/bin:/bin')}"})
     rec = Recorder(ga_env)
-    assert rec.prop("SupportedFeatures") == ["screen-reader"]
+    assert rec.prop("SupportedFeatures") == FEATURES
     before = ga_env.snapshot()
 
     name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["screen-reader"], signature="s")},))
@@ -98,10 +100,10 @@ def test_a_screen_reader_that_cannot_be_started_fails_the_call_and_changes_nothi
     assert ga_env.snapshot() == before
 
     rec.call("StartSession", "a{sv}", ({},))
-    name, message = rec.error("ConfigureForSession", "asb", (["screen-reader"], True))
+    name, message = rec.error("ConfigureForSession", "asb", (["zoom", "screen-reader"], True))
     assert name == GA_ERROR + "BackendFailed", message
     assert rec.prop("EnabledFeatures") == []
-    assert ga_env.snapshot() == before, "the key written for the screen reader was not put back"
+    assert ga_env.snapshot() == before, "the keys written for zoom and the screen reader were not put back"
     assert ga_env.snapshot()[READER_KEY] is None
     rec.call("EndSession")
     assert ga_env.snapshot() == before
