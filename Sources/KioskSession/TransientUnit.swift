@@ -44,9 +44,7 @@ final class TransientUnit: @unchecked Sendable {
         // Signals first, so that neither the job's end nor the unit's can be missed.
         let jobWatch: SubscriptionToken
         do {
-            _ = try await connection.call(
-                destination: manager, path: managerPath, interface: managerInterface, member: "Subscribe",
-                timeout: .seconds(5))
+            try await subscribe(connection)
             jobWatch = try await connection.subscribe(
                 MatchRule(sender: manager, path: managerPath, interface: managerInterface, member: "JobRemoved")
             ) { [unit] message in
@@ -103,6 +101,17 @@ final class TransientUnit: @unchecked Sendable {
         return unit
     }
 
+    /// The manager sends unit and job signals only to subscribed clients;
+    /// a second Subscribe of the same connection is an error that changes nothing.
+    private static func subscribe(_ connection: Connection) async throws(DBusError) {
+        do {
+            _ = try await connection.call(
+                destination: manager, path: managerPath, interface: managerInterface, member: "Subscribe",
+                timeout: .seconds(5))
+        } catch where error.name == "org.freedesktop.systemd1.AlreadySubscribed" {
+        }
+    }
+
     // MARK: The start job
 
     private var jobResults: [String: String] = [:]
@@ -133,9 +142,7 @@ final class TransientUnit: @unchecked Sendable {
     static func adopt(name: String, connection: Connection) async -> TransientUnit? {
         let unit = TransientUnit(name: name, connection: connection)
         do {
-            _ = try await connection.call(
-                destination: manager, path: managerPath, interface: managerInterface, member: "Subscribe",
-                timeout: .seconds(5))
+            try await subscribe(connection)
             try await unit.watchRemoval()
             let reply = try await connection.call(
                 destination: manager, path: managerPath, interface: managerInterface, member: "GetUnit",
