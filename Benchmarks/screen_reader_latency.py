@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "Tests" / "desktop"))
 
 import sway  # noqa: E402
-from test_screen_reader import Kiosk, orcas, wait_until  # noqa: E402
+import speech  # noqa: E402
+from test_screen_reader import Kiosk, wait_until  # noqa: E402
 
 TITLE = ("Welcome to the museum cafe. Choose a drink, then a cake, then pay at the counter "
          "with a card or with cash, and take your receipt")
@@ -47,7 +48,7 @@ def end_while_reading(desk, kiosk):
     desk.speech.log.wait_for("Welcome to the museum", after=time.time() - 1, timeout=10)
     time.sleep(0.3)  # well into the sentence
     end, _ = kiosk.call("EndSession")
-    gone = wait_until(lambda: not orcas(desk) and time.time(), 5, "Orca did not exit") - end
+    gone = wait_until(lambda: not speech.screen_readers(desk.env) and time.time(), 5, "Orca did not exit") - end
     last = desk.speech.recording.last_sound(end, end + 6)
     return gone, (last - end) if last else 0.0
 
@@ -97,7 +98,7 @@ def one_run():
         quiet(desk)
         _, warm = turn_on(desk, kiosk)
         kiosk.call("EndSession")
-        wait_until(lambda: not orcas(desk), 5, "Orca did not exit")
+        wait_until(lambda: not speech.screen_readers(desk.env), 5, "Orca did not exit")
         hand_first, hand_tail = by_hand(desk)
         return dict(cold=cold, warm=warm, gone=gone, tail=tail, hand_first=hand_first, hand_tail=hand_tail)
     finally:

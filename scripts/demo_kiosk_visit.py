@@ -59,20 +59,6 @@ class Demo:
         return self.desk.run(["dconf", "read", path]).strip() or "(unset)"
 
 
-def orcas(desk):
-    marker = f"XDG_RUNTIME_DIR={desk.env['XDG_RUNTIME_DIR']}".encode()
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if Path(f"/proc/{entry}/comm").read_text().strip() == "orca" and \
-                    marker in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0") and \
-                    Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                found.append(int(entry))
-        except OSError:
-            pass
-    return found
-
-
 def main():
     missing = gnomeshell.missing_tools(screen_reader=True) + speech.missing_tools()
     if missing:
@@ -120,7 +106,7 @@ def main():
 
         say("...and, for a blind customer, the screen reader")
         on, _ = demo.busctl("call", "ConfigureForSession", "asb", "1", "screen-reader", "true")
-        note(f"Orca running: pid {', '.join(map(str, orcas(desk)))} (started by guidedaccessd)")
+        note(f"Orca running: pid {', '.join(map(str, speech.screen_readers(desk.env)))} (started by guidedaccessd)")
         capture.log.wait_for("Order now push button", after=on, timeout=15)
         time.sleep(1.0)
         note("what the customer hears (speech-dispatcher's log; peak level of the recorded sound):")
@@ -134,7 +120,7 @@ def main():
         say("The customer leaves: the session ends")
         end, _ = demo.busctl("call", "EndSession")
         deadline = time.time() + 3
-        while orcas(desk) and time.time() < deadline:
+        while speech.screen_readers(desk.env) and time.time() < deadline:
             time.sleep(0.02)
         gone = time.time() - end
         last = capture.recording.last_sound(end, end + 3)

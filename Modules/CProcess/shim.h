@@ -12,6 +12,25 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+/* In a forked child: every signal's default disposition and an empty
+ * signal mask (async-signal-safe). A thread of the parent may block nearly
+ * every signal, and a blocked mask and ignored signals survive exec. */
+static inline void ga_child_default_signals(void) {
+    struct sigaction action;
+    sigset_t none;
+    int sig;
+    for (sig = 1; sig < _NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP)
+            continue;
+        sigemptyset(&action.sa_mask);
+        action.sa_flags = 0;
+        action.sa_handler = SIG_DFL;
+        (void) sigaction(sig, &action, NULL); /* EINVAL for libc's own signals */
+    }
+    sigemptyset(&none);
+    (void) sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
 /* Forks and runs `path` with `argv` and `envp`. The child gets:
  * - every signal's default disposition and an empty signal mask: a thread of
  *   the caller may block nearly every signal (libdispatch's workers, which
@@ -31,20 +50,9 @@ static inline pid_t ga_fork_agent(const char *path, char *const argv[], char *co
         return pid;
 
     /* The child: async-signal-safe calls only. */
-    struct sigaction action;
-    sigset_t none;
-    int sig, tty;
+    int tty;
 
-    for (sig = 1; sig < _NSIG; sig++) {
-        if (sig == SIGKILL || sig == SIGSTOP)
-            continue;
-        sigemptyset(&action.sa_mask);
-        action.sa_flags = 0;
-        action.sa_handler = SIG_DFL;
-        (void) sigaction(sig, &action, NULL); /* EINVAL for libc's own signals */
-    }
-    sigemptyset(&none);
-    (void) sigprocmask(SIG_SETMASK, &none, NULL);
+    ga_child_default_signals();
 
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0)
         _exit(127);
@@ -96,19 +104,8 @@ static inline pid_t ga_spawn_program(const char *path, char *const argv[], char 
         return -error;
     }
     if (pid == 0) {
-        struct sigaction action;
-        sigset_t none;
-        int sig, null, error;
-        for (sig = 1; sig < _NSIG; sig++) {
-            if (sig == SIGKILL || sig == SIGSTOP)
-                continue;
-            sigemptyset(&action.sa_mask);
-            action.sa_flags = 0;
-            action.sa_handler = SIG_DFL;
-            (void) sigaction(sig, &action, NULL);
-        }
-        sigemptyset(&none);
-        (void) sigprocmask(SIG_SETMASK, &none, NULL);
+        int null, error;
+        ga_child_default_signals();
         if (setsid() < 0)
             goto failed;
         null = open("/dev/null", O_RDWR | O_CLOEXEC);

@@ -177,6 +177,28 @@ def processes_in_mount_namespace(namespace):
     return found
 
 
+def kill_all(find, children):
+    """Kills the pids find() returns until it returns none (50 rounds at
+    most), reaping the Popen `children`; each round stops them all first,
+    so that none starts another while they are killed."""
+    for _ in range(50):
+        pids = find()
+        if not pids:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        for process in children:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        time.sleep(0.02)
+
+
 _LIVE = []  # every Desktop not stopped yet
 
 
@@ -486,23 +508,7 @@ class Desktop:
                 connection.close()
             except Exception:
                 pass
-        for _ in range(50):
-            pids = self._processes()
-            if not pids:
-                break
-            # Stopped first, so that none starts another while they are killed.
-            for sig in (signal.SIGSTOP, signal.SIGKILL):
-                for pid in pids:
-                    try:
-                        os.kill(pid, sig)
-                    except ProcessLookupError:
-                        pass
-            for process in self.processes.values():
-                try:
-                    process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
-            time.sleep(0.02)
+        kill_all(self._processes, self.processes.values())
         if self._namespace_fd is not None:
             os.close(self._namespace_fd)
             self._namespace_fd = None

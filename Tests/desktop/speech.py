@@ -89,6 +89,24 @@ BLOCK = 0.01
 SOUND_PEAK = 0.003
 
 
+def screen_readers(env):
+    """Live Orca processes of one environment: each `orca` whose
+    XDG_RUNTIME_DIR is env's (whoever started it)."""
+    marker = f"XDG_RUNTIME_DIR={env['XDG_RUNTIME_DIR']}".encode()
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{entry}/comm").read_text().strip() != "orca":
+                continue
+            if Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            if marker in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+                found.append(int(entry))
+        except OSError:
+            continue
+    return sorted(found)
+
+
 def missing_tools():
     """The programs this needs that are not installed."""
     missing = [path for path in TOOLS.values() if not os.access(path, os.X_OK)]

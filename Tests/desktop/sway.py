@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 import speech
-from gnomeshell import BUS_CONFIG, DAEMON_BINARY, GA_NAME, processes_in_mount_namespace, processes_in_sessions
+from gnomeshell import BUS_CONFIG, DAEMON_BINARY, GA_NAME, kill_all, processes_in_mount_namespace, processes_in_sessions
 
 HERE = Path(__file__).resolve().parent
 GTK_BUTTON = HERE / "gtk_button.py"
@@ -409,22 +409,6 @@ class Desktop:
                 pids.update(processes_in_mount_namespace(self.mount_namespace))
             return sorted(pids)
 
-        for _ in range(50):
-            pids = alive()
-            if not pids:
-                break
-            # Stopped first, so that none starts another while they are killed.
-            for sig in (signal.SIGSTOP, signal.SIGKILL):
-                for pid in pids:
-                    try:
-                        os.kill(pid, sig)
-                    except ProcessLookupError:
-                        pass
-            for process in self.processes.values():
-                try:
-                    process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
-            time.sleep(0.02)
+        kill_all(alive, self.processes.values())
         shutil.rmtree(self.root, ignore_errors=True)
         return alive()

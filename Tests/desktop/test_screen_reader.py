@@ -50,26 +50,7 @@ class Kiosk:
 
 
 def orcas(desk):
-    """Live Orca processes of the desktop's user: each `orca` whose
-    environment is this desktop's (its XDG_RUNTIME_DIR)."""
-    found = []
-    marker = f"XDG_RUNTIME_DIR={desk.env['XDG_RUNTIME_DIR']}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/comm") as comm:
-                if comm.read().strip() != "orca":
-                    continue
-            with open(f"/proc/{entry}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as environ:
-                if marker in environ.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return sorted(found)
+    return speech.screen_readers(desk.env)
 
 
 def wait_until(condition, timeout, what):
@@ -114,6 +95,20 @@ def gnome_desk(request):
         desk.stop()
 
 
+def end_session_and_hear_nothing_more(desk, kiosk, name):
+    """EndSession: Orca gone and the speaker silent within 1 s of the
+    reply, the key unset again."""
+    end, _ = kiosk.call("EndSession")
+    gone = wait_until(lambda: not orcas(desk) and time.time(), 3, "Orca did not exit after EndSession")
+    assert gone - end <= 1.0, f"Orca still ran {gone - end:.2f} s after EndSession's reply"
+    last = desk.speech.recording.last_sound(end, end + 3)
+    assert last is None or last - end <= 1.0, f"speech went on {last - end:.2f} s after EndSession"
+    reader = "/org/gnome/desktop/a11y/applications/screen-reader-enabled"
+    assert desk.run(["dconf", "read", reader]).strip() == "", "the key was not unset again"
+    print(f"{name}: EndSession reply -> Orca gone {gone - end:.2f} s; last sound "
+          f"{'none' if last is None else f'{last - end:+.2f} s'} after the reply")
+
+
 def daemon_pid(desk):
     """guidedaccessd's pid (nsenter and setpriv exec it in place)."""
     pid = desk.processes["guidedaccessd"].pid
@@ -149,15 +144,7 @@ def test_on_sway_the_screen_reader_speaks_the_focused_button_and_is_silent_after
           f"('{greeting.text}' logged at +{greeting.time - on:.2f} s); '{button.text}' at +{button.time - on:.2f} s, "
           f"peak {level.peak:.2f}, rms {level.rms:.3f}")
 
-    end, _ = kiosk.call("EndSession")
-    gone = wait_until(lambda: not orcas(desk) and time.time(), 3, "Orca did not exit after EndSession")
-    assert gone - end <= 1.0, f"Orca still ran {gone - end:.2f} s after EndSession's reply"
-    last = spoken.recording.last_sound(end, end + 3)
-    assert last is None or last - end <= 1.0, f"speech went on {last - end:.2f} s after EndSession"
-    assert desk.gsettings_get("org.gnome.desktop.a11y.applications", "screen-reader-enabled") == "false"
-    assert desk.run(["dconf", "read", "/org/gnome/desktop/a11y/applications/screen-reader-enabled"]).strip() == ""
-    print(f"sway: EndSession reply -> Orca gone {gone - end:.2f} s; last sound "
-          f"{'none' if last is None else f'{last - end:+.2f} s'} after the reply")
+    end_session_and_hear_nothing_more(desk, kiosk, "sway")
 
 
 def test_on_a_bare_gnome_shell_the_service_starts_the_screen_reader_and_it_speaks_the_focused_button(gnome_desk):
@@ -189,15 +176,7 @@ def test_on_a_bare_gnome_shell_the_service_starts_the_screen_reader_and_it_speak
           f"('{greeting.text}' logged at +{greeting.time - on:.2f} s); '{button.text}' at +{button.time - on:.2f} s, "
           f"peak {level.peak:.2f}, rms {level.rms:.3f}")
 
-    end, _ = kiosk.call("EndSession")
-    gone = wait_until(lambda: not orcas(desk) and time.time(), 3, "Orca did not exit after EndSession")
-    assert gone - end <= 1.0, f"Orca still ran {gone - end:.2f} s after EndSession's reply"
-    last = spoken.recording.last_sound(end, end + 3)
-    assert last is None or last - end <= 1.0, f"speech went on {last - end:.2f} s after EndSession"
-    assert desk.run(["gsettings", "get", "org.gnome.desktop.a11y.applications", "screen-reader-enabled"]).strip() \
-        == "false"
-    print(f"gnome-shell: EndSession reply -> Orca gone {gone - end:.2f} s; last sound "
-          f"{'none' if last is None else f'{last - end:+.2f} s'} after the reply")
+    end_session_and_hear_nothing_more(desk, kiosk, "gnome-shell")
 
 
 def test_a_killed_service_finds_its_screen_reader_again_and_one_ended_meanwhile_stops_it(sway_desk):
