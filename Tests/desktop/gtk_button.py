@@ -8,8 +8,11 @@ label's, in the theme's colours.
 
 It prints a line, so a harness can wait for it, when the window is mapped
 ("mapped"), when it becomes the active window ("active": only once the seat
-has a keyboard) and when the button gets the keyboard focus ("focus": GTK's
-focus event, which a screen reader speaks).
+has a keyboard), when the button gets the keyboard focus ("focus": GTK's
+focus event, which a screen reader speaks), and the GTK settings that
+GuidedAccess's features change, at start and whenever they change
+("animations on|off", "theme NAME", "dpi N": GTK's own view of
+enable-animations, high-contrast and text-scaling-factor).
 
 Run with the system's python3 (python3-gi, gir1.2-gtk-3.0) in the desktop's
 environment: sway.Desktop.start_gtk_button(), gnomeshell.Desktop.show_window()."""
@@ -34,6 +37,12 @@ def main(title, label):
     button = Gtk.Button(label=label, halign=Gtk.Align.CENTER, valign=Gtk.Align.CENTER)
     button.connect("focus-in-event", lambda *_: say("focus"))
     window.add(button)
+    settings = Gtk.Settings.get_default()
+    for name, show in (("gtk-enable-animations", lambda v: f"animations {'on' if v else 'off'}"),
+                       ("gtk-theme-name", lambda v: f"theme {v}"),
+                       ("gtk-xft-dpi", lambda v: f"dpi {v}")):
+        say(show(settings.get_property(name)))
+        settings.connect(f"notify::{name}", lambda s, _, name=name, show=show: say(show(s.get_property(name))))
     window.show_all()
     button.grab_focus()
     Gtk.main()

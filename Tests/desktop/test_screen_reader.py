@@ -245,3 +245,23 @@ def test_a_screen_reader_that_exits_is_started_again_and_given_up_on_at_the_sixt
     wait_until(lambda: orcas(desk), 5, "Orca was not started when turned on again")
     kiosk.call("EndSession")
     wait_until(lambda: not orcas(desk), 2, "Orca did not stop at EndSession")
+
+
+def test_exactly_one_screen_reader_speaks_whoever_started_the_other(sway_desk):
+    desk = sway_desk
+    desk.start_daemon()
+    # Someone else's Orca, already speaking in the session.
+    other = desk.spawn("orca-by-hand", ["/usr/bin/orca"])
+    desk.speech.log.wait_for("Screen reader on", timeout=10)
+    [theirs] = orcas(desk)
+    kiosk = Kiosk(desk)
+    on, _ = kiosk.call("StartSession", "{'features': <['screen-reader']>}")
+    # Replaced (SIGKILL) and reaped by its parent, here this test: until then
+    # `pgrep -x orca` still lists it and the new Orca waits for it to go.
+    assert other.wait(5) == -9
+    desk.speech.log.wait_for("Screen reader on", after=on, timeout=5)
+    time.sleep(1.0)
+    [ours] = orcas(desk)
+    assert ours != theirs
+    kiosk.call("EndSession")
+    wait_until(lambda: not orcas(desk), 2, "Orca did not stop at EndSession")
