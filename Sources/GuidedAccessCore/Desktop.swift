@@ -113,15 +113,20 @@ extension Desktop {
         case .gnomeShell:
             var byKeys = Set(Feature.allCases)
             if !sessionStartsScreenReader { byKeys.remove(.screenReader) }
-            return FeatureRealisation(byKeys: byKeys, screenReaderByService: !sessionStartsScreenReader)
-        case .sway, .cage, .labwc, .wayfire, .weston:
+            return FeatureRealisation(byKeys: byKeys, byProgram: sessionStartsScreenReader ? [] : [.screenReader])
+        case .sway, .labwc, .wayfire:
             // GTK apps on Wayland read these keys live through dconf; the
-            // compositor has no magnifier or colour filter.
-            return FeatureRealisation(byKeys: [.largeText, .highContrast, .reduceMotion], screenReaderByService: true)
+            // compositor has no magnifier or colour filter, but layer-shell
+            // and virtual-keyboard for an on-screen keyboard.
+            return FeatureRealisation(
+                byKeys: [.largeText, .highContrast, .reduceMotion], byProgram: [.screenReader, .onScreenKeyboard])
+        case .cage, .weston:
+            // No layer-shell or virtual-keyboard protocol for a keyboard.
+            return FeatureRealisation(byKeys: [.largeText, .highContrast, .reduceMotion], byProgram: [.screenReader])
         case .kwin, .x11:
-            return FeatureRealisation(byKeys: [], screenReaderByService: true)
+            return FeatureRealisation(byKeys: [], byProgram: [.screenReader])
         case .none:
-            return FeatureRealisation(byKeys: [], screenReaderByService: false)
+            return FeatureRealisation(byKeys: [], byProgram: [])
         }
     }
 }
@@ -130,40 +135,71 @@ extension Desktop {
 public struct FeatureRealisation: Hashable, Sendable {
     /// Features the desktop acts on through their GSettings keys alone.
     public var byKeys: Set<Feature>
-    /// Nothing in the session starts a screen reader: the service starts
-    /// Orca itself (and writes the key, which Orca follows).
-    public var screenReaderByService: Bool
+    /// Features nothing in the session delivers from the key, for which the
+    /// service runs a program in the session (`SessionProgramKind`): Orca,
+    /// an on-screen keyboard. Their keys are written too.
+    public var byProgram: Set<Feature>
 
-    public init(byKeys: Set<Feature>, screenReaderByService: Bool) {
+    public init(byKeys: Set<Feature>, byProgram: Set<Feature>) {
         self.byKeys = byKeys
-        self.screenReaderByService = screenReaderByService
+        self.byProgram = byProgram
     }
 }
 
-/// What a screen reader the service starts needs, as found on this system;
-/// `unavailableReason` says why it cannot speak (`UnsupportedFeature`).
-public struct ScreenReaderInstallation: Hashable, Sendable {
-    public var orca: String?
-    public var speechDispatcher: String?
-    /// speech-dispatcher's output modules (`sd_espeak-ng`, …), `sd_dummy` left out.
-    public var outputModules: [String]
-    /// The X display the session offers (Orca 43 runs `xkbcomp $DISPLAY`).
-    public var x11Display: String?
+/// The programs the service runs for a feature: what, and what it needs.
+public enum SessionProgramKind: String, CaseIterable, Hashable, Sendable {
+    /// Orca (`--replace`: exactly one screen reader speaks, whoever started
+    /// another); speech-dispatcher and an output module speak for it; Orca 43
+    /// runs `xkbcomp $DISPLAY`: it needs an X display (Xwayland on Wayland).
+    case screenReader
+    /// wvkbd (`wvkbd-mobintl`): a layer-shell surface typing through the
+    /// virtual-keyboard protocol; it needs the Wayland display.
+    case onScreenKeyboard
 
-    public init(orca: String?, speechDispatcher: String?, outputModules: [String], x11Display: String?) {
-        self.orca = orca
-        self.speechDispatcher = speechDispatcher
-        self.outputModules = outputModules
-        self.x11Display = x11Display
+    public init?(_ feature: Feature) {
+        switch feature {
+        case .screenReader: self = .screenReader
+        case .onScreenKeyboard: self = .onScreenKeyboard
+        default: return nil
+        }
     }
 
-    /// Why it cannot speak here, or nil. `needsDisplay`: the service starts
-    /// it, so the session must offer the X display it runs on.
-    public func unavailableReason(needsDisplay: Bool) -> String? {
-        if orca == nil { return "orca is not installed" }
-        if speechDispatcher == nil { return "speech-dispatcher is not installed" }
-        if outputModules.isEmpty { return "speech-dispatcher has no output module (e.g. speech-dispatcher-espeak-ng)" }
-        if needsDisplay, x11Display == nil { return "the session has no X display, which Orca needs (Xwayland on Wayland)" }
+    public var feature: Feature { self == .screenReader ? .screenReader : .onScreenKeyboard }
+
+    /// The program's name on PATH, and its arguments.
+    public var executable: String { self == .screenReader ? "orca" : "wvkbd-mobintl" }
+    public var arguments: [String] { self == .screenReader ? ["--replace"] : [] }
+
+    /// Why it cannot run here, or nil: `installed` says which programs
+    /// (executables, speech-dispatcher's output modules) the system has.
+    public func unavailableReason(
+        installed: ProgramInstallation, x11Display: String?, waylandDisplay: String?, needsDisplay: Bool = true
+    ) -> String? {
+        switch self {
+        case .screenReader:
+            if installed.executable(executable) == nil { return "orca is not installed" }
+            if installed.executable("speech-dispatcher") == nil { return "speech-dispatcher is not installed" }
+            if installed.speechOutputModules.isEmpty {
+                return "speech-dispatcher has no output module (e.g. speech-dispatcher-espeak-ng)"
+            }
+            if needsDisplay, x11Display == nil { return "the session has no X display, which Orca needs (Xwayland on Wayland)" }
+        case .onScreenKeyboard:
+            if installed.executable(executable) == nil { return "wvkbd (wvkbd-mobintl) is not installed" }
+            if needsDisplay, waylandDisplay == nil { return "the session has no Wayland display for wvkbd" }
+        }
         return nil
+    }
+}
+
+/// The programs installed, as `SessionProgramKind.unavailableReason` asks.
+public struct ProgramInstallation: Sendable {
+    /// An executable's absolute path on PATH, or nil.
+    public var executable: @Sendable (String) -> String?
+    /// speech-dispatcher's output modules, `sd_dummy` left out.
+    public var speechOutputModules: [String]
+
+    public init(executable: @escaping @Sendable (String) -> String?, speechOutputModules: [String]) {
+        self.executable = executable
+        self.speechOutputModules = speechOutputModules
     }
 }

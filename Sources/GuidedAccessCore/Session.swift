@@ -80,9 +80,10 @@ public struct Session: Hashable, Sendable {
     public var deadlineUsec: UInt64
     /// For each key the session wrote, its value before the session.
     public var snapshot: [SettingKey: StoredValue]
-    /// The screen reader the service started for this session, if any: a
-    /// restarted service adopts it, or stops it when the session is over.
-    public var screenReader: ProgramRecord?
+    /// The programs the service runs for this session's features (the
+    /// screen reader, an on-screen keyboard): a restarted service adopts
+    /// them, or stops them when the session is over.
+    public var programs: [Feature: ProgramRecord]
 
     /// A session about to start. Its features are already the requested
     /// ones: the handler writes `keyMap.change(from: [], to: features)`.
@@ -97,7 +98,7 @@ public struct Session: Hashable, Sendable {
     public init(
         owner: String?, ownerIdentity: OwnerIdentity, features: Set<Feature>, zoomFactor: Double,
         textScale: Double, inhibitSleep: Bool, deadlineUsec: UInt64, snapshot: [SettingKey: StoredValue],
-        screenReader: ProgramRecord? = nil
+        programs: [Feature: ProgramRecord] = [:]
     ) {
         self.owner = owner
         self.ownerIdentity = ownerIdentity
@@ -107,7 +108,7 @@ public struct Session: Hashable, Sendable {
         self.inhibitSleep = inhibitSleep
         self.deadlineUsec = deadlineUsec
         self.snapshot = snapshot
-        self.screenReader = screenReader
+        self.programs = programs
     }
 
     public var keyMapOptions: FeatureKeyMap.Options {

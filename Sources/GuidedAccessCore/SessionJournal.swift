@@ -159,7 +159,7 @@ struct JournalRecord {
         var inhibitSleep: Bool
         var deadlineUsec: UInt64
         var snapshot: [SnapshotEntry]
-        var screenReader: ProgramRecord?
+        var programs: [Feature: ProgramRecord]
     }
 
     /// One key's value before the session: `unset`, or exactly one of the values.
@@ -199,7 +199,7 @@ struct JournalRecord {
                     case nil: break
                     }
                     return entry
-                }, screenReader: s.screenReader)
+                }, programs: s.programs)
         }
         restrictions = state.restrictions.sorted { $0.identifier < $1.identifier }.map {
             RestrictionRecord(identifier: $0.identifier, text: $0.text, detail: $0.detail, state: $0.state.rawValue)
@@ -227,7 +227,7 @@ struct JournalRecord {
             return Session(
                 owner: s.owner, ownerIdentity: OwnerIdentity(uid: s.ownerUID, executablePath: s.ownerExecutable),
                 features: features, zoomFactor: s.zoomFactor, textScale: s.textScale, inhibitSleep: s.inhibitSleep,
-                deadlineUsec: s.deadlineUsec, snapshot: snapshot, screenReader: s.screenReader)
+                deadlineUsec: s.deadlineUsec, snapshot: snapshot, programs: s.programs)
         }
         let restrictions = try self.restrictions.map { r in
             guard let state = RestrictionState(rawValue: r.state) else {
@@ -311,17 +311,18 @@ extension JournalRecord.SessionRecord {
         members += [
             ("ownerUID", .number(String(ownerUID))),
         ]
-        switch screenReader {
-        case .process(let pid, let startTime, let bootID)?:
-            members.append(
-                ("screenReader",
-                 .object([
-                    ("bootID", .string(bootID)), ("pid", .number(String(pid))), ("startTime", .number(String(startTime))),
-                 ])))
-        case .unit(let name)?:
-            members.append(("screenReader", .object([("unit", .string(name))])))
-        case nil:
-            break
+        if !programs.isEmpty {
+            members.append(("programs", .array(programs.sorted { $0.key < $1.key }.map { feature, record in
+                switch record {
+                case .process(let pid, let startTime, let bootID):
+                    return .object([
+                        ("bootID", .string(bootID)), ("feature", .string(feature.wireName)),
+                        ("pid", .number(String(pid))), ("startTime", .number(String(startTime))),
+                    ])
+                case .unit(let name):
+                    return .object([("feature", .string(feature.wireName)), ("unit", .string(name))])
+                }
+            })))
         }
         members += [
             ("snapshot", .array(snapshot.map { $0.json() })),
@@ -346,21 +347,27 @@ extension JournalRecord.SessionRecord {
         snapshot = try json.array("snapshot").map { item throws(JournalRecord.Invalid) in
             try JournalRecord.SnapshotEntry(json: item)
         }
-        if let program = json["screenReader"], program != .null {
-            if program["unit"] != nil {
-                let name = try program.string("unit")
-                guard name.hasSuffix(".service"), !name.contains("/") else {
-                    throw .init(reason: "the screen reader's unit '\(name)' is not a service unit")
+        programs = [:]
+        if json["programs"] != nil, json["programs"] != .null {
+            for program in try json.array("programs") {
+                let name = try program.string("feature")
+                guard let feature = Feature(rawValue: name), SessionProgramKind(feature) != nil else {
+                    throw .init(reason: "'\(name)' is not a feature the service runs a program for")
                 }
-                screenReader = .unit(name)
-            } else {
-                let pid: Int32 = try program.integer("pid")
-                guard pid > 0 else { throw .init(reason: "the screen reader's pid \(pid) is not a process id") }
-                screenReader = .process(
-                    pid: pid, startTime: try program.integer("startTime"), bootID: try program.string("bootID"))
+                guard programs[feature] == nil else { throw .init(reason: "two programs for '\(name)'") }
+                if program["unit"] != nil {
+                    let unit = try program.string("unit")
+                    guard unit.hasSuffix(".service"), !unit.contains("/") else {
+                        throw .init(reason: "the unit '\(unit)' of '\(name)' is not a service unit")
+                    }
+                    programs[feature] = .unit(unit)
+                } else {
+                    let pid: Int32 = try program.integer("pid")
+                    guard pid > 0 else { throw .init(reason: "the pid \(pid) of '\(name)' is not a process id") }
+                    programs[feature] = .process(
+                        pid: pid, startTime: try program.integer("startTime"), bootID: try program.string("bootID"))
+                }
             }
-        } else {
-            screenReader = nil
         }
     }
 }

@@ -7,8 +7,9 @@ import Logging
 /// them all.
 public enum AuditEvent: String, Sendable, CaseIterable {
     case sessionStarted, sessionResumed, sessionEnded, featuresChanged, restrictionChanged, callDenied
-    /// The screen reader the service runs exited too often; it stays off.
-    case screenReaderGaveUp
+    /// A program the service runs for a feature (the screen reader) exited
+    /// too often; it stays off.
+    case programGaveUp
 
     public var messageID: String {
         switch self {
@@ -18,15 +19,15 @@ public enum AuditEvent: String, Sendable, CaseIterable {
         case .featuresChanged: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a54"
         case .restrictionChanged: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a55"
         case .callDenied: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a56"
-        case .screenReaderGaveUp: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a57"
+        case .programGaveUp: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a57"
         }
     }
 
-    /// syslog priority: a refusal is a warning, a screen reader given up an error.
+    /// syslog priority: a refusal is a warning, a program given up on an error.
     var priority: Int {
         switch self {
         case .callDenied: return 4
-        case .screenReaderGaveUp: return 3
+        case .programGaveUp: return 3
         default: return 5
         }
     }

@@ -113,16 +113,16 @@ extension GuidedAccessService {
         desktop.realisation(sessionStartsScreenReader: sessionStartsScreenReader)
     }
 
-    /// Whether the service itself must run the screen reader for `screen-reader`.
-    var runsScreenReader: Bool { screenReader != nil && realisation.screenReaderByService }
+    /// The features the service itself runs a program for on this desktop.
+    var programFeatures: Set<Feature> { realisation.byProgram.filter { programs[$0] != nil } }
 
     /// `SupportedFeatures` and the reason for each feature left out: the
     /// backend must have the keys; then the desktop must act on them, or
-    /// (the screen reader) the service must be able to start one.
+    /// the service must be able to run the program that delivers it.
     func updateSupport() {
         var supported: Set<Feature> = []
         var reasons: [Feature: String] = [:]
-        let installation = SessionProbe(environment: settings.sessionEnvironment).screenReaderInstallation(display: display)
+        let installation = SessionProbe(environment: settings.sessionEnvironment).installation
         for feature in Feature.allCases {
             if !backendSupported.contains(feature) {
                 reasons[feature] = "feature '\(feature)' is not supported by this system's settings backend"
@@ -137,20 +137,26 @@ extension GuidedAccessService {
     }
 
     /// Why the person at the kiosk would not get `feature` here, or nil.
-    private func undelivered(_ feature: Feature, _ installation: ScreenReaderInstallation) -> String? {
+    private func undelivered(_ feature: Feature, _ installation: ProgramInstallation) -> String? {
         let realisation = self.realisation
-        guard feature == .screenReader else {
-            return realisation.byKeys.contains(feature) ? nil : "\(feature): the desktop '\(desktop)' does not act on it"
-        }
+        let kind = SessionProgramKind(feature)
         if realisation.byKeys.contains(feature) {
-            // The session starts it; it needs something to speak with all the same.
-            return installation.unavailableReason(needsDisplay: false).map { "screen-reader: \($0)" }
+            // The session starts the screen reader; it needs something to speak with all the same.
+            guard kind == .screenReader else { return nil }
+            return kind?.unavailableReason(installed: installation, x11Display: nil, waylandDisplay: nil, needsDisplay: false)
+                .map { "\(feature): \($0)" }
         }
-        if settings.mode == .system, realisation.screenReaderByService {
-            return "screen-reader: in system mode only a desktop that starts the screen reader from its key can have one, and nothing installed here does (Orca's autostart entry, orca.service)"
+        guard let kind, realisation.byProgram.contains(feature) else {
+            return "\(feature): the desktop '\(desktop)' does not act on it"
         }
-        guard runsScreenReader else { return "screen-reader: the desktop '\(desktop)' has no session to run one in" }
-        return installation.unavailableReason(needsDisplay: true).map { "screen-reader: \($0)" }
+        if settings.mode == .system {
+            return kind == .screenReader
+                ? "screen-reader: in system mode only a desktop that starts the screen reader from its key can have one, and nothing installed here does (Orca's autostart entry, orca.service)"
+                : "\(feature): in system mode the service cannot run a program in the kiosk user's session"
+        }
+        return kind.unavailableReason(
+            installed: installation, x11Display: display.x11Display, waylandDisplay: display.waylandDisplay
+        ).map { "\(feature): \($0)" }
     }
 
     func logSupport() {
@@ -167,11 +173,11 @@ extension GuidedAccessService {
         throw .unsupportedFeature(unsupportedReasons[missing] ?? "feature '\(missing)' is not supported here")
     }
 
-    // MARK: The screen reader
+    // MARK: Programs in the session
 
-    /// The environment Orca gets: the service's own (its session's), the
-    /// displays found, nothing of the service's systemd unit.
-    private var screenReaderEnvironment: [String: String] {
+    /// The environment a program gets: the service's own (its session's),
+    /// the displays found, nothing of the service's systemd unit.
+    private var programEnvironment: [String: String] {
         var environment = settings.sessionEnvironment
         for name in ["NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID", "INVOCATION_ID"] {
             environment[name] = nil
@@ -182,113 +188,129 @@ extension GuidedAccessService {
         return environment
     }
 
-    private var orcaPath: String? { SessionProbe(environment: settings.sessionEnvironment).executable("orca") }
-
-    /// Whether a change of the session's features from `before` to `after`
-    /// turns on a screen reader the service must start.
-    func turnsOnScreenReader(from before: Set<Feature>, to after: Set<Feature>) -> Bool {
-        runsScreenReader && after.contains(.screenReader) && !before.contains(.screenReader)
+    private func executable(_ kind: SessionProgramKind) throws(ProgramError) -> String {
+        guard let path = SessionProbe(environment: settings.sessionEnvironment).executable(kind.executable) else {
+            throw ProgramError("\(kind.executable) is not installed")
+        }
+        return path
     }
 
-    /// Starts the screen reader for the session `generation`, once its keys
-    /// are written and it is the session (other calls may run while a unit
-    /// starts). Throws `BackendFailed` when it cannot be started; the caller
-    /// undoes its change. A session that ended or turned the feature off
-    /// meanwhile has stopped it already.
-    func startScreenReader(for generation: UInt64) async throws(GuidedAccessError) {
-        guard let screenReader else { return }
-        let record: ProgramRecord
-        do throws(ProgramError) {
-            guard let orca = orcaPath else { throw ProgramError("orca is not installed") }
-            record = try await screenReader.start(orca: orca, environment: screenReaderEnvironment)
-        } catch {
-            guard isCurrent(generation), session?.features.contains(.screenReader) == true else { return }
-            throw .backendFailed("screen-reader: \(error.message); nothing was changed")
-        }
-        guard isCurrent(generation), var current = session, current.features.contains(.screenReader) else { return }
-        current.screenReader = record
-        session = current
-        do {
-            try self.record(current)
-        } catch {
-            logger.error("cannot journal the screen reader (\(record)): \(error)")
+    /// The features a change from `before` to `after` turns on that need a
+    /// program the service runs.
+    func programsTurnedOn(from before: Set<Feature>, to after: Set<Feature>) -> Set<Feature> {
+        programFeatures.intersection(after).subtracting(before)
+    }
+
+    /// Starts the programs of `features` for the session `generation`, once
+    /// its keys are written and it is the session (other calls may run
+    /// while a unit starts). Throws `BackendFailed` when one cannot be
+    /// started; the caller undoes its change, which stops the others. A
+    /// session that ended or turned a feature off meanwhile has stopped its
+    /// program already.
+    func startPrograms(_ features: Set<Feature>, for generation: UInt64) async throws(GuidedAccessError) {
+        for feature in features.sorted() {
+            guard let program = programs[feature] else { continue }
+            let record: ProgramRecord
+            do throws(ProgramError) {
+                record = try await program.start(try executable(program.kind), environment: programEnvironment)
+            } catch {
+                guard isCurrent(generation), session?.features.contains(feature) == true else { return }
+                throw .backendFailed("\(feature): \(error.message); nothing was changed")
+            }
+            guard isCurrent(generation), var current = session, current.features.contains(feature) else { return }
+            current.programs[feature] = record
+            session = current
+            do {
+                try self.record(current)
+            } catch {
+                logger.error("cannot journal the \(feature) program (\(record)): \(error)")
+            }
         }
     }
 
-    /// A StartSession whose screen reader could not be started: the session
-    /// does not start — its keys go back, the journal holds no session. If
-    /// the keys cannot be put back it stays, for EndSession to retry.
+    /// Stops the programs of the features a call turned off.
+    func stopProgramsTurnedOff(from before: Set<Feature>, in new: inout Session) {
+        for feature in before.subtracting(new.features) {
+            programs[feature]?.stop()
+            new.programs[feature] = nil
+        }
+    }
+
+    /// Stops every program (the session ended).
+    func stopPrograms() {
+        for program in programs.values { program.stop() }
+    }
+
+    /// A StartSession whose program could not be started: the session does
+    /// not start — its programs stop, its keys go back, the journal holds no
+    /// session. If the keys cannot be put back it stays, for EndSession to retry.
     func abandon(_ generation: UInt64) {
         guard isCurrent(generation), let started = session else { return }
+        stopPrograms()
         do {
             try backend.apply(started.restoringChanges)
             session = nil
             try record(nil)
         } catch {
-            logger.error("cannot undo the session whose screen reader failed: \(error); it stays for EndSession")
+            logger.error("cannot undo the session whose program failed: \(error); it stays for EndSession")
         }
     }
 
-    /// A ConfigureForSession whose screen reader could not be started: what
-    /// the call turned on (`added`) goes off again, as a call turning it off
+    /// A ConfigureForSession whose program could not be started: what the
+    /// call turned on (`added`) goes off again, as a call turning it off
     /// would (all or nothing).
     func turnOff(_ added: Set<Feature>) throws {
         guard var current = session else { return }
-        let features = current.features.subtracting(added)
-        guard features != current.features else { return }
-        let change = keyMap.change(from: current.features, to: features, options: current.keyMapOptions)
+        let before = current.features
+        let features = before.subtracting(added)
+        guard features != before else { return }
+        let change = keyMap.change(from: before, to: features, options: current.keyMapOptions)
         current.features = features
-        if !features.contains(.screenReader) { current.screenReader = nil }
+        stopProgramsTurnedOff(from: before, in: &current)
         try write(change, into: &current)
         session = current
     }
 
-    /// Stops the screen reader when a call turned `screen-reader` off.
-    func stopScreenReaderIfTurnedOff(from before: Set<Feature>, in new: inout Session) {
-        guard before.contains(.screenReader), !new.features.contains(.screenReader), let screenReader else { return }
-        screenReader.stop()
-        new.screenReader = nil
-    }
-
-    /// A resumed session: its screen reader goes again — the journal's run
-    /// if it is still there, else a new one — or, when the session no longer
-    /// wants one, the journal's is stopped.
-    func resumeScreenReader() async {
-        guard let recorded = session, let screenReader else { return }
+    /// A resumed session: its programs go again — the journal's runs if they
+    /// are still there, else new ones — and the journal's runs of features
+    /// the session no longer has this way are stopped.
+    func resumePrograms() async {
+        guard let recorded = session else { return }
         let generation = sessionGeneration
-        var record: ProgramRecord?
-        if recorded.features.contains(.screenReader) && runsScreenReader {
-            do throws(ProgramError) {
-                guard let orca = orcaPath else { throw ProgramError("orca is not installed") }
-                record = try await screenReader.resume(
-                    recorded.screenReader, orca: orca, environment: screenReaderEnvironment)
-            } catch {
-                logger.error("screen reader: cannot start it for the resumed session: \(error)")
+        var records: [Feature: ProgramRecord] = [:]
+        for (feature, program) in programs.sorted(by: { $0.key < $1.key }) {
+            if recorded.features.contains(feature), programFeatures.contains(feature) {
+                do throws(ProgramError) {
+                    records[feature] = try await program.resume(
+                        recorded.programs[feature], try executable(program.kind), environment: programEnvironment)
+                } catch {
+                    logger.error("\(feature): cannot start it for the resumed session: \(error)")
+                }
+            } else if let leftOver = recorded.programs[feature] {
+                await program.stopLeftOver(leftOver)
             }
-        } else if let leftOver = recorded.screenReader {
-            await screenReader.stopLeftOver(leftOver)
         }
-        guard isCurrent(generation), var current = session, current.screenReader != record else { return }
-        current.screenReader = record
+        guard isCurrent(generation), var current = session, current.programs != records else { return }
+        current.programs = records
         session = current
         do {
-            try self.record(current)
+            try record(current)
         } catch {
             logger.error("\(error)")
         }
     }
 
-    func screenReaderEvent(_ event: ScreenReader.Event) {
-        guard var current = session, current.features.contains(.screenReader) else { return }
+    func programEvent(_ feature: Feature, _ event: SessionProgram.Event) {
+        guard var current = session, current.features.contains(feature) else { return }
         switch event {
         case .restarted(let record):
-            current.screenReader = record
+            current.programs[feature] = record
         case .gaveUp(let exits, let lastExit):
-            current.screenReader = nil
+            current.programs[feature] = nil
             settings.audit.record(
-                .screenReaderGaveUp, caller: nil,
-                "the screen reader exited \(exits) times within a minute (last: \(lastExit)); it is not started again",
-                fields: ["EXITS": String(exits), "LAST_EXIT": lastExit])
+                .programGaveUp, caller: nil,
+                "\(feature): its program exited \(exits) times within a minute (last: \(lastExit)); it is not started again",
+                fields: ["FEATURE": feature.wireName, "EXITS": String(exits), "LAST_EXIT": lastExit])
         }
         session = current
         do {

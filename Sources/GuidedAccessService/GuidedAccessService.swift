@@ -66,9 +66,10 @@ public actor GuidedAccessService {
     var sessionStartsScreenReader = false
     var desktopWatch: [SubscriptionToken] = []
     var socketWatch: DisplaySocketWatch?
-    /// The screen reader the service runs where nothing in the session
-    /// starts one (user mode, a backend that writes real settings).
-    let screenReader: ScreenReader?
+    /// The programs the service runs for features where nothing in the
+    /// session delivers them from the key (user mode, a backend that writes
+    /// real settings): the screen reader, an on-screen keyboard.
+    let programs: [Feature: SessionProgram]
     let backendName: String
     let logger: Logger
 
@@ -98,9 +99,13 @@ public actor GuidedAccessService {
         (backendSupported, keyMap) = FeatureKeyMap.probe {
             backend.availability(of: $0.key, for: $0.exampleValue) == .available
         }
-        screenReader =
-            settings.mode == .user && backend.realisesEveryFeature == false
-            ? ScreenReader(loop: connection.loop, bus: connection, logger: logger) : nil
+        var programs: [Feature: SessionProgram] = [:]
+        if settings.mode == .user, !backend.realisesEveryFeature {
+            for kind in SessionProgramKind.allCases {
+                programs[kind.feature] = SessionProgram(kind, loop: connection.loop, bus: connection, logger: logger)
+            }
+        }
+        self.programs = programs
     }
 
     // MARK: Start-up
@@ -108,8 +113,10 @@ public actor GuidedAccessService {
     /// Recovers the journal, then exports the object. The caller requests
     /// the bus name afterwards, so no call reaches a half-built service.
     public func start() async throws {
-        screenReader?.onEvent { [self] event in
-            Task(executorPreference: connection.loop) { await self.screenReaderEvent(event) }
+        for (feature, program) in programs {
+            program.onEvent { [self] event in
+                Task(executorPreference: connection.loop) { await self.programEvent(feature, event) }
+            }
         }
         await detectDesktop()
         logSupport()
@@ -157,7 +164,7 @@ public actor GuidedAccessService {
         )
         if recovered.isExpired(nowUsec: Self.nowUsec()) {
             logger.notice("its time limit passed while the service was down; ending it")
-            if let leftOver = recovered.screenReader { await screenReader?.stopLeftOver(leftOver) }
+            for (feature, leftOver) in recovered.programs { await programs[feature]?.stopLeftOver(leftOver) }
             do {
                 try await endSession(reason: "time-limit")
             } catch {
@@ -168,7 +175,7 @@ public actor GuidedAccessService {
         }
         if let owner = recovered.owner { await watchOwner(owner) }
         scheduleDeadline()
-        await resumeScreenReader()
+        await resumePrograms()
         if recovered.inhibitSleep { await inhibitor.acquire() }
     }
 
@@ -313,9 +320,10 @@ public actor GuidedAccessService {
             session = new
             sessionGeneration &+= 1
             let generation = sessionGeneration
-            if turnsOnScreenReader(from: [], to: new.features) {
+            let started = programsTurnedOn(from: [], to: new.features)
+            if !started.isEmpty {
                 do {
-                    try await startScreenReader(for: generation)
+                    try await startPrograms(started, for: generation)
                 } catch {
                     abandon(generation)
                     throw error
@@ -367,16 +375,17 @@ public actor GuidedAccessService {
         let before = new.features
         new.features = features
         try write(change, into: &new)
-        stopScreenReaderIfTurnedOff(from: before, in: &new)
+        stopProgramsTurnedOff(from: before, in: &new)
         session = new
-        if turnsOnScreenReader(from: before, to: features) {
+        let started = programsTurnedOn(from: before, to: features)
+        if !started.isEmpty {
             do {
-                try await startScreenReader(for: sessionGeneration)
+                try await startPrograms(started, for: sessionGeneration)
             } catch {
                 do {
                     try turnOff(features.subtracting(before))
                 } catch {
-                    logger.error("cannot turn off what a call whose screen reader failed turned on: \(error)")
+                    logger.error("cannot turn off what a call whose program failed turned on: \(error)")
                 }
                 await announce()
                 throw error
@@ -448,7 +457,7 @@ public actor GuidedAccessService {
         }
         let reset = registry.resetAll()
         session = nil
-        screenReader?.stop()
+        stopPrograms()
         deadlineTask?.cancel()
         deadlineTask = nil
         let watch = ownerWatch

@@ -106,11 +106,9 @@ public struct SessionProbe: Sendable {
 
     // MARK: Installed programs
 
-    /// What the service would start a screen reader with.
-    public func screenReaderInstallation(display: SessionDisplay) -> ScreenReaderInstallation {
-        ScreenReaderInstallation(
-            orca: executable("orca"), speechDispatcher: executable("speech-dispatcher"),
-            outputModules: Self.speechOutputModules(), x11Display: display.x11Display)
+    /// The programs installed, for `SessionProgramKind.unavailableReason`.
+    public var installation: ProgramInstallation {
+        ProgramInstallation(executable: { [self] in executable($0) }, speechOutputModules: Self.speechOutputModules())
     }
 
     /// `name` on PATH (absolute path), or nil.

@@ -14,9 +14,9 @@ enum SpeechDispatcher {
         let commands = Array("SET self CLIENT_NAME guidedaccess:guidedaccessd:cancel\r\nCANCEL all\r\nQUIT\r\n".utf8)
         let written = commands.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         if written == commands.count {
-            logger.info("screen reader: speech still queued in speech-dispatcher cancelled")
+            logger.info("screen-reader: speech still queued in speech-dispatcher cancelled")
         } else {
-            logger.warning("screen reader: cannot cancel queued speech at \(path): \(String(cString: strerror(errno)))")
+            logger.warning("screen-reader: cannot cancel queued speech at \(path): \(String(cString: strerror(errno)))")
         }
     }
 

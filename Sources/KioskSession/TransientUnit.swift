@@ -9,7 +9,7 @@ import Logging
 /// unit is collected as soon as it is inactive or failed
 /// (`CollectMode=inactive-or-failed`) — an event, not polling.
 ///
-/// Used only on the event loop's thread, like `ScreenReader`, which owns it.
+/// Used only on the event loop's thread, like `SessionProgram`, which owns it.
 final class TransientUnit: @unchecked Sendable {
     static let manager = "org.freedesktop.systemd1"
     static let managerPath: ObjectPath = "/org/freedesktop/systemd1"
@@ -61,7 +61,7 @@ final class TransientUnit: @unchecked Sendable {
         defer { Task(executorPreference: connection.loop) { await connection.unsubscribe(jobWatch) } }
         let graceUsec = UInt64(grace.components.seconds) * 1_000_000 + UInt64(grace.components.attoseconds / 1_000_000_000_000)
         let properties: [DBusValue] = [
-            .structure([.string("Description"), .variant(.string("Screen reader of a guided access session"))]),
+            .structure([.string("Description"), .variant(.string("\(argv[0]) for a guided access session"))]),
             .structure([.string("Type"), .variant(.string("exec"))]),
             .structure([.string("KillMode"), .variant(.string("mixed"))]),
             .structure([.string("TimeoutStopUSec"), .variant(.uint64(graceUsec))]),

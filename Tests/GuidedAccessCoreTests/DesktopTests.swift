@@ -57,49 +57,74 @@ import Testing
 @Suite struct FeatureRealisationTests {
     @Test func gnomeShellWithGnomeSessionRealisesEveryFeatureThroughTheKeys() {
         let realisation = Desktop.gnomeShell.realisation(sessionStartsScreenReader: true)
-        #expect(realisation.byKeys == Set(Feature.allCases))
-        #expect(!realisation.screenReaderByService)
+        #expect(realisation == FeatureRealisation(byKeys: Set(Feature.allCases), byProgram: []))
     }
 
     @Test func aBareGnomeShellGetsItsScreenReaderFromTheService() {
         let realisation = Desktop.gnomeShell.realisation(sessionStartsScreenReader: false)
         #expect(realisation.byKeys == Set(Feature.allCases).subtracting([.screenReader]))
-        #expect(realisation.screenReaderByService)
+        #expect(realisation.byProgram == [.screenReader])
     }
 
-    @Test func wlrootsCompositorsGetTheGtkKeysAndTheServicesScreenReaderOnly() {
-        for desktop in [Desktop.sway, .cage, .labwc, .wayfire] {
+    @Test func wlrootsCompositorsWithLayerShellGetTheGtkKeysAScreenReaderAndAKeyboard() {
+        for desktop in [Desktop.sway, .labwc, .wayfire] {
             let realisation = desktop.realisation(sessionStartsScreenReader: true)
             #expect(realisation.byKeys == [.largeText, .highContrast, .reduceMotion])
-            #expect(realisation.screenReaderByService)
+            #expect(realisation.byProgram == [.screenReader, .onScreenKeyboard])
+        }
+    }
+
+    @Test func cageAndWestonHaveNoProtocolForAKeyboard() {
+        for desktop in [Desktop.cage, .weston] {
+            #expect(desktop.realisation(sessionStartsScreenReader: false).byProgram == [.screenReader])
         }
     }
 
     @Test func x11AndKwinGetOnlyTheScreenReaderAndNoneNothing() {
         for desktop in [Desktop.x11, .kwin] {
-            #expect(desktop.realisation(sessionStartsScreenReader: false) == FeatureRealisation(byKeys: [], screenReaderByService: true))
+            #expect(desktop.realisation(sessionStartsScreenReader: false) == FeatureRealisation(byKeys: [], byProgram: [.screenReader]))
         }
-        #expect(Desktop.none.realisation(sessionStartsScreenReader: true) == FeatureRealisation(byKeys: [], screenReaderByService: false))
+        #expect(Desktop.none.realisation(sessionStartsScreenReader: true) == FeatureRealisation(byKeys: [], byProgram: []))
+    }
+
+    static func installed(_ programs: Set<String>, modules: [String] = ["sd_espeak-ng"]) -> ProgramInstallation {
+        ProgramInstallation(executable: { programs.contains($0) ? "/usr/bin/\($0)" : nil }, speechOutputModules: modules)
     }
 
     @Test func aScreenReaderNeedsOrcaSpeechAnOutputModuleAndForTheServiceAnXDisplay() {
-        let full = ScreenReaderInstallation(
-            orca: "/usr/bin/orca", speechDispatcher: "/usr/bin/speech-dispatcher", outputModules: ["sd_espeak-ng"],
-            x11Display: ":0")
-        #expect(full.unavailableReason(needsDisplay: true) == nil)
-        var noOrca = full
-        noOrca.orca = nil
-        #expect(noOrca.unavailableReason(needsDisplay: false) == "orca is not installed")
-        var noSpeech = full
-        noSpeech.speechDispatcher = nil
-        #expect(noSpeech.unavailableReason(needsDisplay: true) == "speech-dispatcher is not installed")
-        var noModule = full
-        noModule.outputModules = []
-        #expect(noModule.unavailableReason(needsDisplay: true)?.hasPrefix("speech-dispatcher has no output module") == true)
-        var noDisplay = full
-        noDisplay.x11Display = nil
-        #expect(noDisplay.unavailableReason(needsDisplay: true)?.contains("no X display") == true)
-        #expect(noDisplay.unavailableReason(needsDisplay: false) == nil)
+        let all = Self.installed(["orca", "speech-dispatcher"])
+        let reader = SessionProgramKind.screenReader
+        #expect(reader.unavailableReason(installed: all, x11Display: ":0", waylandDisplay: nil) == nil)
+        #expect(
+            reader.unavailableReason(installed: Self.installed(["speech-dispatcher"]), x11Display: ":0", waylandDisplay: nil)
+                == "orca is not installed")
+        #expect(
+            reader.unavailableReason(installed: Self.installed(["orca"]), x11Display: ":0", waylandDisplay: nil)
+                == "speech-dispatcher is not installed")
+        #expect(
+            reader.unavailableReason(
+                installed: Self.installed(["orca", "speech-dispatcher"], modules: []), x11Display: ":0", waylandDisplay: nil
+            )?.hasPrefix("speech-dispatcher has no output module") == true)
+        #expect(
+            reader.unavailableReason(installed: all, x11Display: nil, waylandDisplay: "wayland-0")?.contains("no X display")
+                == true)
+        #expect(reader.unavailableReason(installed: all, x11Display: nil, waylandDisplay: nil, needsDisplay: false) == nil)
+    }
+
+    @Test func aKeyboardNeedsWvkbdAndAWaylandDisplay() {
+        let keyboard = SessionProgramKind.onScreenKeyboard
+        #expect(keyboard.unavailableReason(installed: Self.installed(["wvkbd-mobintl"]), x11Display: nil, waylandDisplay: "wayland-1") == nil)
+        #expect(
+            keyboard.unavailableReason(installed: Self.installed([]), x11Display: nil, waylandDisplay: "wayland-1")
+                == "wvkbd (wvkbd-mobintl) is not installed")
+        #expect(
+            keyboard.unavailableReason(installed: Self.installed(["wvkbd-mobintl"]), x11Display: ":0", waylandDisplay: nil)
+                == "the session has no Wayland display for wvkbd")
+    }
+
+    @Test func onlyTheScreenReaderAndTheKeyboardAreRunAsPrograms() {
+        #expect(Feature.allCases.compactMap(SessionProgramKind.init).map { $0.feature } == [.screenReader, .onScreenKeyboard])
+        #expect(SessionProgramKind.screenReader.executable == "orca" && SessionProgramKind.screenReader.arguments == ["--replace"])
     }
 }
 

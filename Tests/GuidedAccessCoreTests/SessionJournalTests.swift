@@ -54,27 +54,30 @@ import Testing
         #expect(try journal.load() == sampleState)
     }
 
-    @Test func theScreenReaderTheServiceStartedIsRecordedWithItsStartTimeAndBoot() throws {
+    @Test func aProgramTheServiceStartedIsRecordedWithItsStartTimeAndBoot() throws {
         var state = sampleState
-        state.session?.screenReader = .process(pid: 4242, startTime: 123_456, bootID: "0b5e")
+        state.session?.programs = [.screenReader: .process(pid: 4242, startTime: 123_456, bootID: "0b5e")]
         try journal.record(state)
         #expect(try journal.load() == state)
         let text = try #require(directory.read("journal.json"))
-        for field in [#""screenReader" : {"#, #""bootID" : "0b5e""#, #""pid" : 4242"#, #""startTime" : 123456"#] {
+        for field in [#""programs" : ["#, #""feature" : "screen-reader""#, #""bootID" : "0b5e""#, #""pid" : 4242"#, #""startTime" : 123456"#] {
             #expect(text.contains(field))
         }
     }
 
-    @Test func aScreenReaderRunAsAUnitIsRecordedByItsName() throws {
+    @Test func aProgramRunAsAUnitIsRecordedByItsName() throws {
         var state = sampleState
-        state.session?.screenReader = .unit("guidedaccess-screen-reader-42-1.service")
+        state.session?.programs = [
+            .screenReader: .unit("guidedaccess-screen-reader-42-1.service"),
+            .onScreenKeyboard: .process(pid: 9, startTime: 3, bootID: "b"),
+        ]
         try journal.record(state)
         #expect(try journal.load() == state)
     }
 
-    @Test func aScreenReaderRecordWithANonPositivePidIsCorrupt() throws {
+    @Test func aProgramRecordWithANonPositivePidIsCorrupt() throws {
         var state = sampleState
-        state.session?.screenReader = .process(pid: 7, startTime: 1, bootID: "b")
+        state.session?.programs = [.screenReader: .process(pid: 7, startTime: 1, bootID: "b")]
         try journal.record(state)
         let text = try #require(directory.read("journal.json")).replacing(#""pid" : 7"#, with: #""pid" : -1"#)
         directory.write(text, to: "journal.json")

@@ -123,7 +123,8 @@ def test_on_sway_the_screen_reader_speaks_the_focused_button_and_is_silent_after
     desk.start_daemon()
     kiosk = Kiosk(desk)
     assert kiosk.prop("Desktop") == "(<'sway'>,)"
-    assert kiosk.prop("SupportedFeatures") == "(<['high-contrast', 'large-text', 'reduce-motion', 'screen-reader']>,)"
+    assert kiosk.prop("SupportedFeatures") == \
+        "(<['high-contrast', 'large-text', 'on-screen-keyboard', 'reduce-motion', 'screen-reader']>,)"
     # Nothing speaks before the session.
     assert orcas(desk) == []
     # The kiosk's app is in use: the seat has a keyboard (here while wtype

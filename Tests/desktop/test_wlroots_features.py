@@ -2,7 +2,8 @@
 compositor acts on none of GNOME's keys, but GTK apps read three of them
 live through dconf: large-text, high-contrast and reduce-motion reach the
 kiosk's GTK window (measured on grim screenshots and in GTK's own
-settings), the rest is UnsupportedFeature, and EndSession gives the window
+settings); the on-screen keyboard is a wvkbd the service runs; zoom and
+the colour filters are UnsupportedFeature; EndSession gives the screen
 back pixel for pixel (spec: "Making features real (1.1)")."""
 
 import time
@@ -87,7 +88,7 @@ def test_large_text_high_contrast_and_reduce_motion_reach_a_gtk_window_and_go_ba
     kiosk.call("ConfigureForSession", "['reduce-motion']", "true")
     wait_for_settings(desk, {"animations": "off"})
 
-    for feature in ("zoom", "invert-colors", "grayscale", "on-screen-keyboard"):
+    for feature in ("zoom", "invert-colors", "grayscale"):
         with pytest.raises(RuntimeError, match=f"UnsupportedFeature: {feature}: the desktop 'sway' does not act on it"):
             kiosk.call("ConfigureForSession", f"['{feature}']", "true")
 
@@ -97,3 +98,38 @@ def test_large_text_high_contrast_and_reduce_motion_reach_a_gtk_window_and_go_ba
     after = desk.screenshot(region=region)
     assert gnomeshell.compare("AE", before, after) == 0, "the window is not as it was before the session"
     print("EndSession: GTK's settings and the window (0 pixels differ) are as before the session")
+
+
+def keyboards(desk):
+    """Live wvkbd processes of this desktop's environment."""
+    return [pid for pid in gnomeshell.processes_in_mount_namespace(desk.mount_namespace)
+            if open(f"/proc/{pid}/comm").read().strip() == "wvkbd-mobintl"]
+
+
+def test_the_on_screen_keyboard_is_a_wvkbd_the_service_runs_and_stops(desk):
+    desk.start_gtk_button(title="Order", label="Order now")
+    desk.start_daemon()
+    kiosk = Kiosk(desk)
+    assert "'on-screen-keyboard'" in kiosk.prop("SupportedFeatures")
+    before = desk.settle()
+    kiosk.call("StartSession", "{'features': <['on-screen-keyboard']>}")
+    [keyboard] = keyboards(desk)
+    shown = desk.settle()
+    bottom = (0, sway.HEIGHT - 200, sway.WIDTH, 200)
+    changed = gnomeshell.compare("AE", _crop(shown, bottom, desk.root / "shown-bottom.png"),
+                                 _crop(before, bottom, desk.root / "before-bottom.png"))
+    print(f"\non-screen-keyboard: wvkbd pid {keyboard}; {changed} of {sway.WIDTH * 200} pixels of the bottom 200 rows "
+          f"changed")
+    assert changed > sway.WIDTH * 200 // 2, f"no keyboard at the bottom of the screen: {changed} pixels changed"
+    assert gnomeshell.compare("AE", before, shown) > 0
+    kiosk.call("EndSession")
+    deadline = time.monotonic() + 2
+    while keyboards(desk):
+        assert time.monotonic() < deadline, "wvkbd still runs after EndSession"
+        time.sleep(0.02)
+    assert gnomeshell.compare("AE", before, desk.settle()) == 0, "the screen is not as before the session"
+
+
+def _crop(path, region, out):
+    gnomeshell.magick("convert", path, "-crop", "{2}x{3}+{0}+{1}".format(*region), "+repage", out)
+    return out

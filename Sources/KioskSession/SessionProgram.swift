@@ -3,20 +3,22 @@ import Glibc
 import GuidedAccessCore
 import Logging
 
-/// The screen reader the service runs in the kiosk's session where nothing
-/// in the session starts one: Orca, as a transient unit of the user's
-/// systemd manager where the session bus has one (logged, in the user's
-/// cgroup), else as a child process watched through its pidfd. It is
-/// started again with back-off when it exits during the session, given up
-/// on after too many exits (`RestartPolicy`), and stopped — SIGTERM, then
-/// SIGKILL after a grace period — when the feature goes off or the session
-/// ends. Once it is gone, whatever it left queued in speech-dispatcher is
-/// cancelled: the next customer must not hear the last one's session.
+/// A program the service runs in the kiosk's session for a feature where
+/// nothing in the session delivers it from the key (`SessionProgramKind`):
+/// the screen reader Orca, an on-screen keyboard. It runs as a transient
+/// unit of the user's systemd manager where the session bus has one
+/// (logged, in the user's cgroup), else as a child process watched through
+/// its pidfd. It is started again with back-off when it exits during the
+/// session, given up on after too many exits (`RestartPolicy`), and stopped
+/// — SIGTERM, then SIGKILL after a grace period — when the feature goes off
+/// or the session ends. Once a screen reader is gone, whatever it left
+/// queued in speech-dispatcher is cancelled: the next customer must not
+/// hear the last one's session.
 ///
 /// Owned by the service and used only on the event loop's thread (the
 /// service's executor), as are its own timers and exit events: its state
 /// needs no lock.
-public final class ScreenReader: @unchecked Sendable {
+public final class SessionProgram: @unchecked Sendable {
     public enum Event: Sendable {
         /// Started again after an exit: the journal must name the new run.
         case restarted(ProgramRecord)
@@ -37,14 +39,14 @@ public final class ScreenReader: @unchecked Sendable {
         }
     }
 
+    public let kind: SessionProgramKind
     private let loop: EventLoop
     /// The session bus, where a systemd user manager may run units.
     private let bus: Connection?
     private let logger: Logger
     private let gracePeriod: Duration
     private var events: (@Sendable (Event) -> Void)?
-    /// How it is started: `orca --replace` (so it replaces any other Orca of
-    /// the user: exactly one speaks) and the session's environment.
+    /// How it is started: the program and its arguments, and the session's environment.
     private var launch: (argv: [String], environment: [String: String])?
     /// The run that should be going, and a number for the next unit's name.
     private var current: Run?
@@ -55,9 +57,13 @@ public final class ScreenReader: @unchecked Sendable {
     private var policy = RestartPolicy()
     private var restart: Task<Void, Never>?
 
-    /// `bus`: the session bus, to run the screen reader as a unit of the
-    /// user's systemd manager when there is one there; nil: child processes.
-    public init(loop: EventLoop, bus: Connection?, logger: Logger, gracePeriod: Duration = .milliseconds(500)) {
+    /// `bus`: the session bus, to run the program as a unit of the user's
+    /// systemd manager when there is one there; nil: child processes.
+    public init(
+        _ kind: SessionProgramKind, loop: EventLoop, bus: Connection?, logger: Logger,
+        gracePeriod: Duration = .milliseconds(500)
+    ) {
+        self.kind = kind
         self.loop = loop
         self.bus = bus
         self.logger = logger
@@ -68,37 +74,37 @@ public final class ScreenReader: @unchecked Sendable {
         events = handler
     }
 
-    /// Starts the screen reader, unless it runs already; returns once it has
-    /// been started (not once it has spoken).
-    public func start(orca: String, environment: [String: String]) async throws(ProgramError) -> ProgramRecord {
+    /// Starts the program (`executable`: its path), unless it runs already;
+    /// returns once it has been started (a screen reader: not once it has spoken).
+    public func start(_ executable: String, environment: [String: String]) async throws(ProgramError) -> ProgramRecord {
         restart?.cancel()
         restart = nil
         wanted = true
-        launch = ([orca, "--replace"], environment)
+        launch = ([executable] + kind.arguments, environment)
         if let current { return current.record }
         policy.reset()
         return try await launchRun()
     }
 
-    /// A restarted service's screen reader for a resumed session: the
-    /// journal's run if it still goes (it is followed from now on), else a
-    /// new one. Returns the record to journal.
+    /// A restarted service's program for a resumed session: the journal's
+    /// run if it still goes (it is followed from now on), else a new one.
+    /// Returns the record to journal.
     public func resume(
-        _ record: ProgramRecord?, orca: String, environment: [String: String]
+        _ record: ProgramRecord?, _ executable: String, environment: [String: String]
     ) async throws(ProgramError) -> ProgramRecord {
         if current == nil, let record, let run = await find(record) {
-            logger.notice("screen reader: \(record), started before the service restarted, adopted")
+            logger.notice("\(name): \(record), started before the service restarted, adopted")
             current = run
             follow(run)
         }
-        return try await start(orca: orca, environment: environment)
+        return try await start(executable, environment: environment)
     }
 
-    /// Stops the screen reader the journal names for a session that is over
+    /// Stops the program the journal names for a session that is over
     /// (ended while the service was down), if it still goes.
     public func stopLeftOver(_ record: ProgramRecord) async {
         guard let run = await find(record) else { return }
-        logger.notice("screen reader: \(record) outlived its session while the service was down; stopping it")
+        logger.notice("\(name): \(record) outlived its session while the service was down; stopping it")
         follow(run)
         terminate(run)
     }
@@ -117,14 +123,14 @@ public final class ScreenReader: @unchecked Sendable {
     // MARK: Runs
 
     private func launchRun() async throws(ProgramError) -> ProgramRecord {
-        guard let launch else { throw ProgramError("no screen reader to start") }
+        guard let launch else { throw ProgramError("no \(name) to start") }
         let run: Run
         if let bus, await TransientUnit.isAvailable(on: bus) {
             runs += 1
-            let name = "guidedaccess-screen-reader-\(getpid())-\(runs).service"
             run = .unit(
                 try await TransientUnit.start(
-                    name: name, argv: launch.argv, environment: launch.environment, grace: gracePeriod, connection: bus))
+                    name: "guidedaccess-\(name)-\(getpid())-\(runs).service", argv: launch.argv,
+                    environment: launch.environment, grace: gracePeriod, connection: bus))
         } else {
             run = .process(try WatchedProcess(spawning: launch.argv, environment: launch.environment, loop: loop))
         }
@@ -133,11 +139,11 @@ public final class ScreenReader: @unchecked Sendable {
             follow(run)
             terminate(run)
             if let current { return current.record }
-            throw ProgramError("the screen reader was turned off while it started")
+            throw ProgramError("\(name) was turned off while it started")
         }
         current = run
         follow(run)
-        logger.info("screen reader: started \(launch.argv.joined(separator: " ")) as \(run.record)")
+        logger.info("\(name): started \(launch.argv.joined(separator: " ")) as \(run.record)")
         return run.record
     }
 
@@ -168,9 +174,9 @@ public final class ScreenReader: @unchecked Sendable {
         case .process(let process):
             process.send(SIGTERM)
             let grace = gracePeriod
-            leaving[run.record] = Task(executorPreference: loop) { [loop, logger] in
+            leaving[run.record] = Task(executorPreference: loop) { [loop, logger, name] in
                 guard (try? await loop.sleep(for: grace)) != nil else { return }
-                logger.info("screen reader: pid \(process.pid) did not exit within \(grace) of SIGTERM; killing it")
+                logger.info("\(name): pid \(process.pid) did not exit within \(grace) of SIGTERM; killing it")
                 process.send(SIGKILL)
             }
         case .unit(let unit):
@@ -182,8 +188,10 @@ public final class ScreenReader: @unchecked Sendable {
     private func ended(_ record: ProgramRecord, _ how: String) {
         if let kill = leaving.removeValue(forKey: record) {
             kill?.cancel()
-            logger.info("screen reader: \(record) stopped (\(how))")
-            if current == nil { SpeechDispatcher.cancelAll(environment: launch?.environment ?? [:], logger: logger) }
+            logger.info("\(name): \(record) stopped (\(how))")
+            if kind == .screenReader, current == nil {
+                SpeechDispatcher.cancelAll(environment: launch?.environment ?? [:], logger: logger)
+            }
             return
         }
         guard current?.record == record else { return }
@@ -194,14 +202,14 @@ public final class ScreenReader: @unchecked Sendable {
     private func endedDuringSession(_ what: String, _ how: String) {
         switch policy.exited(atMilliseconds: Self.nowMilliseconds()) {
         case .restart(let delay):
-            logger.warning("screen reader: \(what) exited during the session (\(how)); starting it again in \(delay) ms")
+            logger.warning("\(name): \(what) exited during the session (\(how)); starting it again in \(delay) ms")
             restart = Task(executorPreference: loop) { [self, loop] in
                 guard (try? await loop.sleep(for: .milliseconds(delay))) != nil else { return }
                 await restartNow()
             }
         case .giveUp(let exits):
             logger.error(
-                "screen reader: exited \(exits) times within \(policy.intervalMilliseconds / 1000) s (last: \(what), \(how)); giving up"
+                "\(name): exited \(exits) times within \(policy.intervalMilliseconds / 1000) s (last: \(what), \(how)); giving up"
             )
             wanted = false
             events?(.gaveUp(exits: exits, lastExit: how))
@@ -214,10 +222,13 @@ public final class ScreenReader: @unchecked Sendable {
         do {
             events?(.restarted(try await launchRun()))
         } catch {
-            logger.error("screen reader: \(error)")
+            logger.error("\(name): \(error)")
             if wanted, current == nil { endedDuringSession("a new run", "could not be started: \(error)") }
         }
     }
+
+    /// The feature's name, in logs and unit names.
+    private var name: String { kind.feature.wireName }
 
     private static func nowMilliseconds() -> Int {
         var now = timespec()
