@@ -177,9 +177,12 @@ extension GuidedAccessService {
 
     /// The environment a program gets: the service's own (its session's),
     /// the displays found, nothing of the service's systemd unit.
-    private var programEnvironment: [String: String] {
+    var programEnvironment: [String: String] {
         var environment = settings.sessionEnvironment
-        for name in ["NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID", "INVOCATION_ID"] {
+        for name in [
+            "NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID", "INVOCATION_ID",
+            "SYSTEMD_EXEC_PID",
+        ] {
             environment[name] = nil
         }
         if let wayland = display.waylandDisplay { environment["WAYLAND_DISPLAY"] = wayland }
@@ -287,7 +290,7 @@ extension GuidedAccessService {
                     logger.error("\(feature): cannot start it for the resumed session: \(error)")
                 }
             } else if let leftOver = recorded.programs[feature] {
-                await program.stopLeftOver(leftOver)
+                await program.stopLeftOver(leftOver, environment: programEnvironment)
             }
         }
         guard isCurrent(generation), var current = session, current.programs != records else { return }

@@ -86,6 +86,9 @@ public actor GuidedAccessService {
     /// A pending journal write after keys were given back (`journalSoon`).
     var journalRefresh: Task<Void, Never>?
     let inhibitor: SleepInhibitor
+    /// Whether the object is on the bus: before, signals have no one to go to
+    /// (the name is not ours yet) and the bus layer refuses them.
+    var exported = false
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
 
@@ -122,6 +125,7 @@ public actor GuidedAccessService {
         logSupport()
         try await recoverJournal()
         try await connection.export([interface()], at: Self.path)
+        exported = true
     }
 
     private func recoverJournal() async throws {
@@ -164,7 +168,9 @@ public actor GuidedAccessService {
         )
         if recovered.isExpired(nowUsec: Self.nowUsec()) {
             logger.notice("its time limit passed while the service was down; ending it")
-            for (feature, leftOver) in recovered.programs { await programs[feature]?.stopLeftOver(leftOver) }
+            for (feature, leftOver) in recovered.programs {
+                await programs[feature]?.stopLeftOver(leftOver, environment: programEnvironment)
+            }
             do {
                 try await endSession(reason: "time-limit")
             } catch {
@@ -806,10 +812,12 @@ public actor GuidedAccessService {
     // MARK: Announcements
 
     func announce() async {
+        guard exported else { return }
         await connection.propertiesChanged(path: Self.path, interface: Self.interfaceName)
     }
 
     private func emit(_ signal: String, _ arguments: [DBusValue]) async {
+        guard exported else { return }
         do {
             try await connection.emit(signal, interface: Self.interfaceName, path: Self.path, arguments)
         } catch {

@@ -46,8 +46,10 @@ public final class SessionProgram: @unchecked Sendable {
     private let logger: Logger
     private let gracePeriod: Duration
     private var events: (@Sendable (Event) -> Void)?
-    /// How it is started: the program and its arguments, and the session's environment.
-    private var launch: (argv: [String], environment: [String: String])?
+    /// How it is started (the program and its arguments), and the session's
+    /// environment it gets — also where speech-dispatcher is found.
+    private var argv: [String]?
+    private var environment: [String: String] = [:]
     /// The run that should be going, and a number for the next unit's name.
     private var current: Run?
     private var runs = 0
@@ -80,7 +82,8 @@ public final class SessionProgram: @unchecked Sendable {
         restart?.cancel()
         restart = nil
         wanted = true
-        launch = ([executable] + kind.arguments, environment)
+        argv = [executable] + kind.arguments
+        self.environment = environment
         if let current { return current.record }
         policy.reset()
         return try await launchRun()
@@ -101,9 +104,12 @@ public final class SessionProgram: @unchecked Sendable {
     }
 
     /// Stops the program the journal names for a session that is over
-    /// (ended while the service was down), if it still goes.
-    public func stopLeftOver(_ record: ProgramRecord) async {
+    /// (ended while the service was down), if it still goes; `environment`:
+    /// the session's, where speech-dispatcher is found to cancel what a
+    /// screen reader left queued.
+    public func stopLeftOver(_ record: ProgramRecord, environment: [String: String]) async {
         guard let run = await find(record) else { return }
+        if argv == nil { self.environment = environment }
         logger.notice("\(name): \(record) outlived its session while the service was down; stopping it")
         follow(run)
         terminate(run)
@@ -123,16 +129,16 @@ public final class SessionProgram: @unchecked Sendable {
     // MARK: Runs
 
     private func launchRun() async throws(ProgramError) -> ProgramRecord {
-        guard let launch else { throw ProgramError("no \(name) to start") }
+        guard let argv else { throw ProgramError("no \(name) to start") }
         let run: Run
         if let bus, await TransientUnit.isAvailable(on: bus) {
             runs += 1
             run = .unit(
                 try await TransientUnit.start(
-                    name: "guidedaccess-\(name)-\(getpid())-\(runs).service", argv: launch.argv,
-                    environment: launch.environment, grace: gracePeriod, connection: bus))
+                    name: "guidedaccess-\(name)-\(getpid())-\(runs).service", argv: argv,
+                    environment: environment, grace: gracePeriod, connection: bus))
         } else {
-            run = .process(try WatchedProcess(spawning: launch.argv, environment: launch.environment, loop: loop))
+            run = .process(try WatchedProcess(spawning: argv, environment: environment, loop: loop))
         }
         // A stop() or another start() may have come while a unit started.
         if !wanted || current != nil {
@@ -143,7 +149,7 @@ public final class SessionProgram: @unchecked Sendable {
         }
         current = run
         follow(run)
-        logger.info("\(name): started \(launch.argv.joined(separator: " ")) as \(run.record)")
+        logger.info("\(name): started \(argv.joined(separator: " ")) as \(run.record)")
         return run.record
     }
 
@@ -190,7 +196,7 @@ public final class SessionProgram: @unchecked Sendable {
             kill?.cancel()
             logger.info("\(name): \(record) stopped (\(how))")
             if kind == .screenReader, current == nil {
-                SpeechDispatcher.cancelAll(environment: launch?.environment ?? [:], logger: logger)
+                SpeechDispatcher.cancelAll(environment: environment, logger: logger)
             }
             return
         }

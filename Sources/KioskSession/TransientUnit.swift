@@ -14,6 +14,9 @@ final class TransientUnit: @unchecked Sendable {
     static let manager = "org.freedesktop.systemd1"
     static let managerPath: ObjectPath = "/org/freedesktop/systemd1"
     static let managerInterface = "org.freedesktop.systemd1.Manager"
+    /// What the manager sets for each unit's processes itself; Environment=
+    /// would override it with the service's own values.
+    static let setByTheManager: Set<String> = ["JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "MANAGERPID", "INVOCATION_ID"]
 
     let name: String
     private let connection: Connection
@@ -68,7 +71,11 @@ final class TransientUnit: @unchecked Sendable {
             .structure([.string("CollectMode"), .variant(.string("inactive-or-failed"))]),
             .structure([
                 .string("Environment"),
-                .variant(.array(.string, environment.sorted { $0.key < $1.key }.map { .string("\($0.key)=\($0.value)") })),
+                .variant(
+                    .array(
+                        .string,
+                        environment.filter { !Self.setByTheManager.contains($0.key) }.sorted { $0.key < $1.key }
+                            .map { .string("\($0.key)=\($0.value)") })),
             ]),
             .structure([
                 .string("ExecStart"),
@@ -166,11 +173,31 @@ final class TransientUnit: @unchecked Sendable {
             MatchRule(sender: Self.manager, path: Self.managerPath, interface: Self.managerInterface,
                       member: "UnitRemoved", arg0: name)
         ) { [self] _ in
-            guard !ended else { return }
-            ended = true
-            onEnd?("unit \(name) ended")
-            onEnd = nil
+            // A daemon-reload unloads every unit and loads it again: UnitRemoved,
+            // then UnitNew, for a unit that goes on running. Only a unit the
+            // manager no longer has running has ended (it answers after the reload).
+            Task(executorPreference: connection.loop) { [self] in
+                guard !ended, await !isLoadedAndRunning() else { return }
+                ended = true
+                onEnd?("unit \(name) ended")
+                onEnd = nil
+            }
         }
+    }
+
+    /// Whether the manager has the unit and it is not inactive or failed.
+    private func isLoadedAndRunning() async -> Bool {
+        guard
+            let reply = try? await connection.call(
+                destination: Self.manager, path: Self.managerPath, interface: Self.managerInterface, member: "GetUnit",
+                [.string(name)], timeout: .seconds(5)),
+            case .objectPath(let path)? = reply.first,
+            let state = try? await connection.call(
+                destination: Self.manager, path: path, interface: "org.freedesktop.DBus.Properties", member: "Get",
+                [.string("org.freedesktop.systemd1.Unit"), .string("ActiveState")], timeout: .seconds(5)),
+            case .variant(.string(let active))? = state.first
+        else { return false }
+        return !["inactive", "failed"].contains(active)
     }
 
     /// Calls `handler` once, on the loop, when the unit is gone.

@@ -5,7 +5,10 @@ linked statically). `rootfs`: the cached Debian 12 root filesystem.
 `container`: it booted with systemd as PID 1, cleaned up afterwards whatever
 happens. `installed`: the staged files installed inside, system mode
 configured (Backend=dconf), the kiosk user `tester` with a session bus and
-values of its own.
+values of its own. `speech_rootfs`: the root filesystem with Orca,
+speech-dispatcher and Xvfb as well (user_session.py); `speech_container`:
+it booted, the staged files installed, the kiosk user's own manager, an X
+display and speech-dispatcher's log ready (user mode, the screen reader).
 
 The test is skipped, with the reason, only where the machine cannot run it:
 not root, a tool or cgroup2 missing, no reachable Debian mirror to build the
@@ -26,7 +29,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import nspawn  # noqa: E402
-from container_setup import CONFIG, FACTS, KIOSK_UID, KIOSK_USER  # noqa: E402
+import user_session  # noqa: E402
+from container_setup import CONFIG, FACTS, KIOSK_UID, KIOSK_USER, install_files  # noqa: E402
 
 REPO_ROOT = HERE.parent.parent
 _CONTAINER = []
@@ -54,12 +58,14 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.failed and _CONTAINER:
         ct = _CONTAINER[0]
+        # A container may name its own matches: (title, journalctl arguments).
+        title, matches = getattr(ct, "failure_journal", (
+            "guidedaccessd, dbus, polkit", ["-u", "guidedaccessd", "-u", "dbus", "-u", "polkit"]))
         try:
-            journal = ct.run(["journalctl", "--no-pager", "-n", "40", "-u", "guidedaccessd", "-u", "dbus",
-                              "-u", "polkit"], check=False, timeout=20).stdout
+            journal = ct.run(["journalctl", "--no-pager", "-n", "40", *matches], check=False, timeout=20).stdout
         except Exception as error:  # noqa: BLE001 (a report must not fail)
             journal = f"(cannot read the journal: {error})"
-        report.sections.append(("journal in the container (guidedaccessd, dbus, polkit)", journal))
+        report.sections.append((f"journal in the container ({title})", journal))
 
 
 def unavailable_reason():
@@ -91,6 +97,18 @@ def rootfs():
     except nspawn.Unavailable as error:
         pytest.skip(f"container test not run: {error}")
     FACTS["root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
+    return root
+
+
+@pytest.fixture(scope="session")
+def speech_rootfs(rootfs):
+    """The base plus Orca, speech-dispatcher and Xvfb (user_session.py), a
+    separate cache: only the tests that ask for it pay for it."""
+    try:
+        root, seconds = user_session.ensure_speech_rootfs(rootfs, log=lambda line: print(line, file=sys.stderr))
+    except nspawn.Unavailable as error:
+        pytest.skip(f"container test not run: {error}")
+    FACTS["speech root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
     return root
 
 
@@ -139,9 +157,7 @@ def installed(container):
 
 def install(ct):
     """What `installed` does, for any booted container."""
-    ct.sh("tar -C /stage/root -cf - . | tar -C / -xf - --keep-directory-symlink --no-same-owner")
-    missing = ct.run(["ldd", "/usr/libexec/guidedaccessd"]).stdout
-    assert "not found" not in missing, f"libraries missing in the container:\n{missing}"
+    install_files(ct)
     ct.run(["useradd", "--create-home", "--uid", str(KIOSK_UID), KIOSK_USER])
     ct.run(["guidedaccess-dconf-profile"])
     ct.run(["guidedaccess-dconf-profile", "--check"])
@@ -172,3 +188,32 @@ def rebootable(rootfs, stage, workdir):
         leftovers += nspawn.mounts_under(ct.root)
         if errors or leftovers:
             pytest.fail(f"reboot container clean-up: {errors} left: {leftovers}")
+
+
+@pytest.fixture(scope="module")
+def speech_container(speech_rootfs, stage, workdir):
+    """A third container, from the speech root filesystem: the staged files
+    installed as a package puts them (no system-mode configuration), the
+    kiosk user's manager through linger, Xvfb on :5 and speech-dispatcher
+    logging what it says (user_session.prepare)."""
+    directory = workdir / "speech"
+    directory.mkdir()
+    ct = nspawn.Container(speech_rootfs, stage, directory, suffix="-speech")
+    # What fails here is in the kiosk user's journal: its manager, the
+    # service, the screen reader's units.
+    ct.failure_journal = (f"uid {KIOSK_UID}: its manager and units", [f"_UID={KIOSK_UID}"])
+    try:
+        FACTS["speech container: boot"] = f"{ct.boot():.1f} s"
+        _CONTAINER.insert(0, ct)
+        install_files(ct)
+        for step, seconds in user_session.prepare(ct).items():
+            FACTS[f"speech container: {step}"] = f"{seconds:.2f} s"
+        yield ct
+    finally:
+        if ct in _CONTAINER:
+            _CONTAINER.remove(ct)
+        errors = ct.shutdown()
+        leftovers = [p for p in (ct.cgroup, str(nspawn.PROPAGATE_DIR / ct.name)) if os.path.exists(p)]
+        leftovers += nspawn.mounts_under(ct.root)
+        if errors or leftovers:
+            pytest.fail(f"speech container clean-up: {errors} left: {leftovers}")
