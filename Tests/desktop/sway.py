@@ -258,6 +258,17 @@ class Desktop:
 
     # -- sway
 
+    def readable(self, path):
+        """A copy of one of our files the test user can read and run: the
+        clone it comes from may be under a directory only root may enter
+        (/root on a fresh machine)."""
+        copy = self.root / "bin" / Path(path).name
+        if not copy.exists():
+            copy.parent.mkdir(exist_ok=True)
+            shutil.copy2(path, copy)
+            os.chmod(copy.parent, 0o755)
+        return copy
+
     def start_sway(self, timeout=30):
         """Starts sway and waits until its config's exec has run; adds
         WAYLAND_DISPLAY, DISPLAY and SWAYSOCK to self.env."""
@@ -334,7 +345,7 @@ class Desktop:
         """gtk_button.py's window (a GTK 3 app with the accessibility bridge
         on, as a kiosk's app would be) once sway manages it: its Popen and
         its entry in windows()."""
-        app = self.spawn("gtk-button", [TOOLS["python3"], GTK_BUTTON, title, label])
+        app = self.spawn("gtk-button", [TOOLS["python3"], self.readable(GTK_BUTTON), title, label])
         return app, self.wait_for_window(title, app, timeout)
 
     def keys(self, *args):
@@ -383,7 +394,7 @@ class Desktop:
         if not binary.exists():
             raise FileNotFoundError(f"{binary} does not exist: build it with 'swift build' or set GUIDEDACCESSD")
         env = {name: value for name, value in self.env.items() if name not in without}
-        daemon = self.spawn("guidedaccessd", [binary, "--user", "--address", self.session_address,
+        daemon = self.spawn("guidedaccessd", [self.readable(binary), "--user", "--address", self.session_address,
                                               "--state-dir", self.root / "state", *extra_args], env=env)
         self.wait_for_name(self.connect(), GA_NAME, daemon, timeout)
         return daemon
