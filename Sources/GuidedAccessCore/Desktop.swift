@@ -166,6 +166,22 @@ public enum SessionProgramKind: String, CaseIterable, Hashable, Sendable {
 
     public var feature: Feature { self == .screenReader ? .screenReader : .onScreenKeyboard }
 
+    /// The transient unit of run `run` of the service with pid `pid`.
+    public func unitName(pid: Int32, run: Int) -> String {
+        "guidedaccess-\(feature.wireName)-\(pid)-\(run).service"
+    }
+
+    /// Whether `name` is one of `unitName`'s: only those are ever adopted or
+    /// stopped, whatever a journal says.
+    public func isUnitName(_ name: String) -> Bool {
+        let prefix = "guidedaccess-\(feature.wireName)-", suffix = ".service"
+        guard name.hasPrefix(prefix), name.hasSuffix(suffix), name.count > prefix.count + suffix.count else {
+            return false
+        }
+        let numbers = name.dropFirst(prefix.count).dropLast(suffix.count).split(separator: "-", omittingEmptySubsequences: false)
+        return numbers.count == 2 && numbers.allSatisfy { !$0.isEmpty && $0.count <= 10 && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }
+    }
+
     /// The program's name on PATH, and its arguments.
     public var executable: String { self == .screenReader ? "orca" : "wvkbd-mobintl" }
     public var arguments: [String] { self == .screenReader ? ["--replace"] : [] }

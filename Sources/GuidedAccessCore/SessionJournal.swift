@@ -351,14 +351,14 @@ extension JournalRecord.SessionRecord {
         if json["programs"] != nil, json["programs"] != .null {
             for program in try json.array("programs") {
                 let name = try program.string("feature")
-                guard let feature = Feature(rawValue: name), SessionProgramKind(feature) != nil else {
+                guard let feature = Feature(rawValue: name), let kind = SessionProgramKind(feature) else {
                     throw .init(reason: "'\(name)' is not a feature the service runs a program for")
                 }
                 guard programs[feature] == nil else { throw .init(reason: "two programs for '\(name)'") }
                 if program["unit"] != nil {
                     let unit = try program.string("unit")
-                    guard unit.hasSuffix(".service"), !unit.contains("/") else {
-                        throw .init(reason: "the unit '\(unit)' of '\(name)' is not a service unit")
+                    guard kind.isUnitName(unit) else {
+                        throw .init(reason: "'\(unit)' is not a unit the service runs for '\(name)'")
                     }
                     programs[feature] = .unit(unit)
                 } else {

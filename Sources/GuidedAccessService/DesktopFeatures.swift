@@ -217,10 +217,12 @@ extension GuidedAccessService {
             do throws(ProgramError) {
                 record = try await program.start(try executable(program.kind), environment: programEnvironment)
             } catch {
-                guard isCurrent(generation), session?.features.contains(feature) == true else { return }
+                guard isCurrent(generation) else { return }
+                guard session?.features.contains(feature) == true else { continue }  // turned off meanwhile
                 throw .backendFailed("\(feature): \(error.message); nothing was changed")
             }
-            guard isCurrent(generation), var current = session, current.features.contains(feature) else { return }
+            guard isCurrent(generation), var current = session else { return }
+            guard current.features.contains(feature) else { continue }
             current.programs[feature] = record
             session = current
             do {

@@ -179,9 +179,11 @@ public actor GuidedAccessService {
             }
             return
         }
+        // Before the deadline is armed: nothing else can end the session
+        // while the object is not exported, so the programs resume for it.
+        await resumePrograms()
         if let owner = recovered.owner { await watchOwner(owner) }
         scheduleDeadline()
-        await resumePrograms()
         if recovered.inhibitSleep { await inhibitor.acquire() }
     }
 
@@ -376,7 +378,13 @@ public actor GuidedAccessService {
         guard var new = session else { throw GuidedAccessError.notInSession("no session is active") }
 
         let features = enabled ? new.features.union(requested) : new.features.subtracting(requested)
-        guard features != new.features else { return }
+        guard features != new.features else {
+            // On already — but its program may have been given up on: turning
+            // it on again starts it again.
+            let given = programFeatures.intersection(requested).filter { new.programs[$0] == nil }
+            if enabled, !given.isEmpty { try await startPrograms(given, for: sessionGeneration) }
+            return
+        }
         let change = keyMap.change(from: new.features, to: features, options: new.keyMapOptions)
         let before = new.features
         new.features = features

@@ -79,11 +79,7 @@ public struct SessionProbe: Sendable {
                     display.xauthority = arguments[i + 1]
                 }
             } else {
-                for name in Self.entries(of: Self.x11SocketDirectory).filter({ $0.hasPrefix("X") }).sorted()
-                where Self.peer(ofSocket: Self.x11SocketDirectory + "/" + name) == compositorPID {
-                    display.x11Display = ":" + name.dropFirst()
-                    break
-                }
+                display.x11Display = Self.x11DisplayHeld(by: compositorPID)
             }
         }
         return display
@@ -157,6 +153,37 @@ public struct SessionProbe: Sendable {
         defer { close(fd) }
         let pid = ga_socket_peer_pid(fd)
         return pid > 0 ? pid : nil
+    }
+
+    /// The X display whose listening socket `pid` holds (a compositor that
+    /// starts Xwayland on demand), found in /proc — never by connecting,
+    /// which would start that Xwayland.
+    static func x11DisplayHeld(by pid: Int32) -> String? {
+        guard let table = try? FileContents.read("/proc/net/unix") else { return nil }
+        // Num RefCount Protocol Flags Type St Inode Path; St 01 = listening.
+        var displays: [UInt64: String] = [:]
+        for line in String(decoding: table, as: UTF8.self).split(separator: "\n").dropFirst() {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            guard fields.count >= 8, fields[5] == "01", let inode = UInt64(fields[6]) else { continue }
+            var path = fields[7]
+            if path.hasPrefix("@") { path = path.dropFirst() }
+            guard path.hasPrefix(x11SocketDirectory + "/X") else { continue }
+            let number = path.dropFirst(x11SocketDirectory.count + 2)
+            if !number.isEmpty, number.allSatisfy(\.isNumber) { displays[inode] = ":" + number }
+        }
+        guard !displays.isEmpty else { return nil }
+        var held: [String] = []
+        for fd in entries(of: "/proc/\(pid)/fd") {
+            var buffer = [CChar](repeating: 0, count: 64)
+            let n = readlink("/proc/\(pid)/fd/\(fd)", &buffer, buffer.count - 1)
+            guard n > 0 else { continue }
+            let target = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            guard target.hasPrefix("socket:["), let inode = UInt64(target.dropFirst(8).dropLast()),
+                let display = displays[inode]
+            else { continue }
+            held.append(display)
+        }
+        return held.min { $0.count != $1.count ? $0.count < $1.count : $0 < $1 }
     }
 
     /// The names in a directory (none when it cannot be read).

@@ -95,10 +95,17 @@ public final class SessionProgram: @unchecked Sendable {
     public func resume(
         _ record: ProgramRecord?, _ executable: String, environment: [String: String]
     ) async throws(ProgramError) -> ProgramRecord {
+        wanted = true
         if current == nil, let record, let run = await find(record) {
+            follow(run)
+            // A stop() (the session ended) or start() may have come meanwhile.
+            guard wanted, current == nil else {
+                terminate(run)
+                if let current { return current.record }
+                throw ProgramError("\(name) was turned off while the service resumed it")
+            }
             logger.notice("\(name): \(record), started before the service restarted, adopted")
             current = run
-            follow(run)
         }
         return try await start(executable, environment: environment)
     }
@@ -124,6 +131,8 @@ public final class SessionProgram: @unchecked Sendable {
         guard let run = current else { return }
         current = nil
         terminate(run)
+        // What it has queued goes now; what it says while it stops goes when it is gone.
+        if kind == .screenReader { SpeechDispatcher.cancelAll(environment: environment, logger: logger) }
     }
 
     // MARK: Runs
@@ -135,8 +144,8 @@ public final class SessionProgram: @unchecked Sendable {
             runs += 1
             run = .unit(
                 try await TransientUnit.start(
-                    name: "guidedaccess-\(name)-\(getpid())-\(runs).service", argv: argv,
-                    environment: environment, grace: gracePeriod, connection: bus))
+                    name: kind.unitName(pid: getpid(), run: runs), argv: argv, environment: environment,
+                    grace: gracePeriod, connection: bus, logger: logger))
         } else {
             run = .process(try WatchedProcess(spawning: argv, environment: environment, loop: loop))
         }
@@ -159,7 +168,7 @@ public final class SessionProgram: @unchecked Sendable {
             return WatchedProcess(adopting: record, loop: loop).map(Run.process)
         case .unit(let name):
             guard let bus else { return nil }
-            return await TransientUnit.adopt(name: name, connection: bus).map(Run.unit)
+            return await TransientUnit.adopt(name: name, connection: bus, logger: logger).map(Run.unit)
         }
     }
 
@@ -195,9 +204,9 @@ public final class SessionProgram: @unchecked Sendable {
         if let kill = leaving.removeValue(forKey: record) {
             kill?.cancel()
             logger.info("\(name): \(record) stopped (\(how))")
-            if kind == .screenReader, current == nil {
-                SpeechDispatcher.cancelAll(environment: environment, logger: logger)
-            }
+            // Even when the next session's screen reader has started: better
+            // to cut its greeting than let it hear the last session's speech.
+            if kind == .screenReader { SpeechDispatcher.cancelAll(environment: environment, logger: logger) }
             return
         }
         guard current?.record == record else { return }
@@ -228,8 +237,9 @@ public final class SessionProgram: @unchecked Sendable {
         do {
             events?(.restarted(try await launchRun()))
         } catch {
+            guard wanted, current == nil else { return }  // stopped meanwhile: no failure
             logger.error("\(name): \(error)")
-            if wanted, current == nil { endedDuringSession("a new run", "could not be started: \(error)") }
+            endedDuringSession("a new run", "could not be started: \(error)")
         }
     }
 

@@ -20,13 +20,15 @@ final class TransientUnit: @unchecked Sendable {
 
     let name: String
     private let connection: Connection
+    private let logger: Logger
     private var removal: SubscriptionToken?
     private var onEnd: (@Sendable (String) -> Void)?
     private var ended = false
 
-    private init(name: String, connection: Connection) {
+    private init(name: String, connection: Connection, logger: Logger) {
         self.name = name
         self.connection = connection
+        self.logger = logger
     }
 
     /// Whether the bus has a systemd user manager to ask.
@@ -41,9 +43,10 @@ final class TransientUnit: @unchecked Sendable {
     /// main loop, and speech-dispatcher in the same cgroup must not be
     /// killed under it first).
     static func start(
-        name: String, argv: [String], environment: [String: String], grace: Duration, connection: Connection
+        name: String, argv: [String], environment: [String: String], grace: Duration, connection: Connection,
+        logger: Logger
     ) async throws(ProgramError) -> TransientUnit {
-        let unit = TransientUnit(name: name, connection: connection)
+        let unit = TransientUnit(name: name, connection: connection, logger: logger)
         // Signals first, so that neither the job's end nor the unit's can be missed.
         let jobWatch: SubscriptionToken
         do {
@@ -56,12 +59,15 @@ final class TransientUnit: @unchecked Sendable {
                 else { return }
                 unit.jobEnded(job.rawValue, outcome)
             }
-            try await unit.watchRemoval()
         } catch {
-            await unit.forget()
-            throw ProgramError("cannot follow systemd's units: \(error)")
+            throw ProgramError("cannot follow systemd's jobs: \(error)")
         }
         defer { Task(executorPreference: connection.loop) { await connection.unsubscribe(jobWatch) } }
+        do {
+            try await unit.watchRemoval()
+        } catch {
+            throw ProgramError("cannot follow systemd's units: \(error)")
+        }
         let graceUsec = UInt64(grace.components.seconds) * 1_000_000 + UInt64(grace.components.attoseconds / 1_000_000_000_000)
         let properties: [DBusValue] = [
             .structure([.string("Description"), .variant(.string("\(argv[0]) for a guided access session"))]),
@@ -96,6 +102,8 @@ final class TransientUnit: @unchecked Sendable {
             guard case .objectPath(let path)? = reply.first else { throw DBusError.failed("no job in the reply") }
             job = path.rawValue
         } catch {
+            // A call that timed out may still be carried out: the unit must not start unwatched.
+            unit.stop()
             await unit.forget()
             throw ProgramError("cannot start \(argv[0]) as \(name): \(error)")
         }
@@ -146,8 +154,8 @@ final class TransientUnit: @unchecked Sendable {
 
     /// The unit `name`, if it is still running: a restarted service's
     /// screen reader. nil when it is gone.
-    static func adopt(name: String, connection: Connection) async -> TransientUnit? {
-        let unit = TransientUnit(name: name, connection: connection)
+    static func adopt(name: String, connection: Connection, logger: Logger) async -> TransientUnit? {
+        let unit = TransientUnit(name: name, connection: connection, logger: logger)
         do {
             try await subscribe(connection)
             try await unit.watchRemoval()
@@ -179,8 +187,9 @@ final class TransientUnit: @unchecked Sendable {
             Task(executorPreference: connection.loop) { [self] in
                 guard !ended, await !isLoadedAndRunning() else { return }
                 ended = true
-                onEnd?("unit \(name) ended")
-                onEnd = nil
+                let handler = onEnd
+                await forget()
+                handler?("unit \(name) ended")
             }
         }
     }
@@ -212,17 +221,24 @@ final class TransientUnit: @unchecked Sendable {
     /// Asks systemd to stop it (SIGTERM, SIGKILL after the grace period);
     /// the end arrives through `watch`.
     func stop() {
-        let (connection, name) = (connection, name)
+        let (connection, name, logger) = (connection, name, logger)
         Task(executorPreference: connection.loop) {
-            _ = try? await connection.call(
-                destination: Self.manager, path: Self.managerPath, interface: Self.managerInterface,
-                member: "StopUnit", [.string(name), .string("replace")], timeout: .seconds(5))
+            do throws(DBusError) {
+                _ = try await connection.call(
+                    destination: Self.manager, path: Self.managerPath, interface: Self.managerInterface,
+                    member: "StopUnit", [.string(name), .string("replace")], timeout: .seconds(5))
+            } catch where error.name != "org.freedesktop.systemd1.NoSuchUnit" {
+                logger.error("cannot stop \(name): \(error)")
+            } catch {
+                // Gone already.
+            }
         }
     }
 
     /// Stops following it.
     func forget() async {
         onEnd = nil
+        jobResults = [:]
         if let removal {
             self.removal = nil
             await connection.unsubscribe(removal)

@@ -122,6 +122,19 @@ import Testing
                 == "the session has no Wayland display for wvkbd")
     }
 
+    @Test func onlyUnitNamesOfTheServicesOwnPatternAreItsUnits() {
+        let reader = SessionProgramKind.screenReader
+        #expect(reader.unitName(pid: 4242, run: 3) == "guidedaccess-screen-reader-4242-3.service")
+        #expect(reader.isUnitName("guidedaccess-screen-reader-4242-3.service"))
+        for other in [
+            "sway-session.service", "guidedaccess-on-screen-keyboard-1-1.service", "guidedaccess-screen-reader-1.service",
+            "guidedaccess-screen-reader-1-x.service", "guidedaccess-screen-reader--1.service",
+            "guidedaccess-screen-reader-1-1.service/../x.service", "guidedaccess-screen-reader-1-1.scope",
+        ] {
+            #expect(!reader.isUnitName(other), "\(other)")
+        }
+    }
+
     @Test func onlyTheScreenReaderAndTheKeyboardAreRunAsPrograms() {
         #expect(Feature.allCases.compactMap(SessionProgramKind.init).map { $0.feature } == [.screenReader, .onScreenKeyboard])
         #expect(SessionProgramKind.screenReader.executable == "orca" && SessionProgramKind.screenReader.arguments == ["--replace"])

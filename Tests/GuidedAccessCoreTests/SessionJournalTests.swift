@@ -75,6 +75,17 @@ import Testing
         #expect(try journal.load() == state)
     }
 
+    @Test func aJournalNamingAUnitThatIsNotTheServicesIsCorrupt() throws {
+        // Adopting or stopping it would stop someone else's unit (the compositor's).
+        var state = sampleState
+        state.session?.programs = [.screenReader: .unit("guidedaccess-screen-reader-1-1.service")]
+        try journal.record(state)
+        let text = try #require(directory.read("journal.json"))
+            .replacing("guidedaccess-screen-reader-1-1.service", with: "sway-session.service")
+        directory.write(text, to: "journal.json")
+        #expect(throws: JournalError.self) { try journal.load() }
+    }
+
     @Test func aProgramRecordWithANonPositivePidIsCorrupt() throws {
         var state = sampleState
         state.session?.programs = [.screenReader: .process(pid: 7, startTime: 1, bootID: "b")]

@@ -109,6 +109,11 @@ def end_session_and_hear_nothing_more(desk, kiosk, name):
           f"{'none' if last is None else f'{last - end:+.2f} s'} after the reply")
 
 
+def xwayland(desk):
+    return [pid for pid in gnomeshell.processes_in_mount_namespace(desk.mount_namespace)
+            if open(f"/proc/{pid}/comm").read().strip() == "Xwayland"]
+
+
 def daemon_pid(desk):
     """guidedaccessd's pid (nsenter and setpriv exec it in place)."""
     pid = desk.processes["guidedaccessd"].pid
@@ -188,6 +193,9 @@ def test_a_killed_service_finds_its_screen_reader_again_and_one_ended_meanwhile_
     desk.start_daemon(without=hidden)
     assert f"desktop: sway (detected; WAYLAND_DISPLAY={desk.env['WAYLAND_DISPLAY']}, compositor sway, " \
            f"DISPLAY={desk.env['DISPLAY']})" in desk.log("guidedaccessd")
+    # Finding the X display did not connect to it: sway starts Xwayland on
+    # the first connection, and a kiosk without X clients must not get one.
+    assert xwayland(desk) == [], "looking for the X display started Xwayland"
     kiosk = Kiosk(desk)
     kiosk.call("StartSession", "{'features': <['screen-reader']>}")
     [orca] = orcas(desk)
@@ -240,8 +248,7 @@ def test_a_screen_reader_that_exits_is_started_again_and_given_up_on_at_the_sixt
     # No journald here: the audit record goes to the log, with its MESSAGE_ID.
     assert "MESSAGE_ID=3c4bd2b4c5a24b8f9c6e0a1d2f3e4a57" in log
     assert kiosk.prop("EnabledFeatures") == "(<['screen-reader']>,)"
-    # Turning it on again is a new start.
-    kiosk.call("ConfigureForSession", "['screen-reader']", "false")
+    # Turning it on again, though it is on, is a new start.
     kiosk.call("ConfigureForSession", "['screen-reader']", "true")
     wait_until(lambda: orcas(desk), 5, "Orca was not started when turned on again")
     kiosk.call("EndSession")
@@ -266,3 +273,34 @@ def test_exactly_one_screen_reader_speaks_whoever_started_the_other(sway_desk):
     assert ours != theirs
     kiosk.call("EndSession")
     wait_until(lambda: not orcas(desk), 2, "Orca did not stop at EndSession")
+
+
+LONG_TITLE = ("Welcome to the museum cafe. Choose a drink, then a cake, then pay at the counter "
+              "with a card or with cash, and take your receipt")
+
+
+def test_the_next_customer_does_not_hear_the_last_ones_speech_even_when_the_screen_reader_comes_back_at_once(request):
+    desk = sway.Desktop()
+    request.node.desktop = desk
+    try:
+        desk.start_sway()
+        spoken = desk.start_speech()
+        desk.start_gtk_button(title=LONG_TITLE, label=LABEL)
+        desk.start_daemon()
+        kiosk = Kiosk(desk)
+        kiosk.call("StartSession", "{'features': <['screen-reader']>}")
+        spoken.log.wait_for("Screen reader on", timeout=5)
+        desk.keys("-s", "6000")  # focus: Orca reads the long title
+        spoken.log.wait_for("Welcome to the museum", timeout=10)
+        time.sleep(0.3)
+        # The next customer's session, with the screen reader, right away.
+        end, _ = kiosk.call("EndSession")
+        again, _ = kiosk.call("StartSession", "{'features': <['screen-reader']>}")
+        greeting = spoken.log.wait_for("Screen reader on", after=again, timeout=5)
+        # Between the old Orca's end and the new one's first words: silence.
+        last = spoken.recording.last_sound(end + 0.6, greeting.time - 0.05)
+        assert last is None, (f"the last session's speech went on {last - end:.2f} s after EndSession, "
+                              f"into the next session (greeting at +{greeting.time - end:.2f} s)")
+        kiosk.call("EndSession")
+    finally:
+        desk.stop()
