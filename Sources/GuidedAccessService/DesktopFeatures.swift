@@ -60,6 +60,8 @@ extension GuidedAccessService {
         else { return }
         let source = settings.desktop != nil ? "[Service] Desktop=" : "detected"
         if !initial { logger.notice("desktop: now \(detected) (\(source); \(display))") }
+        let moved = display.x11Display != self.display.x11Display || display.waylandDisplay != self.display.waylandDisplay
+            || display.compositorPID != self.display.compositorPID
         desktop = detected
         self.display = display
         sessionStartsScreenReader = startsScreenReader
@@ -71,7 +73,32 @@ extension GuidedAccessService {
         } else {
             updateSupport()
             logSupport()
+            await reconcilePrograms(displayMoved: moved)
             await announce()
+        }
+    }
+
+    /// The desktop changed during a session: the programs it now needs for
+    /// the session's features start, those it no longer needs stop, and —
+    /// the displays moved (a compositor restarted) — running ones start
+    /// again in the new ones.
+    func reconcilePrograms(displayMoved: Bool) async {
+        guard var current = session else { return }
+        var starting: Set<Feature> = []
+        for (feature, program) in programs where current.features.contains(feature) {
+            let needed = programFeatures.contains(feature)
+            if current.programs[feature] != nil, !needed || displayMoved {
+                program.stop()
+                current.programs[feature] = nil
+            }
+            if needed, current.programs[feature] == nil { starting.insert(feature) }
+        }
+        session = current
+        do {
+            try record(current)
+            try await startPrograms(starting, for: sessionGeneration)
+        } catch {
+            logger.error("programs for the changed desktop: \(error)")
         }
     }
 

@@ -124,6 +124,9 @@ public actor GuidedAccessService {
         await detectDesktop()
         logSupport()
         try await recoverJournal()
+        for (feature, program) in programs.sorted(by: { $0.key < $1.key }) {
+            await program.stopUnknownUnits(keeping: session?.programs[feature])
+        }
         try await connection.export([interface()], at: Self.path)
         exported = true
     }

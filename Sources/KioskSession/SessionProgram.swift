@@ -122,6 +122,20 @@ public final class SessionProgram: @unchecked Sendable {
         terminate(run)
     }
 
+    /// Stops the units of this program that the journal does not name: a
+    /// service killed between starting one and journaling it left them
+    /// (`kept`: the one it names, if any).
+    public func stopUnknownUnits(keeping kept: ProgramRecord?) async {
+        guard let bus else { return }
+        for unit in await TransientUnit.running(matching: "guidedaccess-\(name)-*.service", connection: bus)
+        where kind.isUnitName(unit) && kept != .unit(unit) && current?.record != .unit(unit) {
+            guard let run = await find(.unit(unit)) else { continue }
+            logger.notice("\(name): \(unit), which no journal names, is stopped")
+            follow(run)
+            terminate(run)
+        }
+    }
+
     /// Stops it: the feature went off or the session ended. Returns at once;
     /// the run is gone within the grace period.
     public func stop() {

@@ -152,6 +152,24 @@ final class TransientUnit: @unchecked Sendable {
         return await withCheckedContinuation { waiting = (job, $0) }
     }
 
+    /// The names of the manager's loaded units that match `pattern` (a glob)
+    /// and are not inactive; none where there is no manager.
+    static func running(matching pattern: String, connection: Connection) async -> [String] {
+        guard await isAvailable(on: connection),
+            let reply = try? await connection.call(
+                destination: manager, path: managerPath, interface: managerInterface, member: "ListUnitsByPatterns",
+                [
+                    .array(.string, ["active", "activating", "deactivating", "reloading"].map(DBusValue.string)),
+                    .array(.string, [.string(pattern)]),
+                ], timeout: .seconds(5)),
+            case .array(_, let units)? = reply.first
+        else { return [] }
+        return units.compactMap { unit in
+            guard case .structure(let fields) = unit, case .string(let name)? = fields.first else { return nil }
+            return name
+        }
+    }
+
     /// The unit `name`, if it is still running: a restarted service's
     /// screen reader. nil when it is gone.
     static func adopt(name: String, connection: Connection, logger: Logger) async -> TransientUnit? {

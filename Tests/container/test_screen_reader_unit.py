@@ -300,3 +300,15 @@ def test_step10_a_daemon_reload_of_the_users_manager_leaves_the_screen_reader_al
         assert "exited during the session" not in service_log(ct, service_pid(ct))
     finally:
         call(ct, "EndSession")
+
+
+def test_step11_a_unit_of_ours_that_no_journal_names_is_stopped_when_the_service_starts(speech_container):
+    ct = speech_container
+    # What a service killed between starting a unit and journaling it leaves.
+    stray = "guidedaccess-screen-reader-1-1.service"
+    us.systemd_run(ct, stray.removesuffix(".service"), ["/bin/sleep", "600"])
+    us.wait_unit(ct, stray, "running", lambda s: s["ActiveState"] == "active", "ActiveState")
+    us.systemctl(ct, "restart", SERVICE)
+    assert prop(ct, "SessionActive") == "(<false>,)"
+    wait_gone(ct, stray)
+    assert f"{stray}, which no journal names, is stopped" in service_log(ct, service_pid(ct))

@@ -304,3 +304,23 @@ def test_the_next_customer_does_not_hear_the_last_ones_speech_even_when_the_scre
         kiosk.call("EndSession")
     finally:
         desk.stop()
+
+
+def test_when_gnome_session_goes_the_service_takes_over_the_screen_reader_of_the_running_session(gnome_desk):
+    desk = gnome_desk
+    # A connection owning gnome-session's name: while it is there, the session
+    # (not the service) is the one to start Orca from the key.
+    session_manager = desk.connect()
+    session_manager.request_name("org.gnome.SessionManager")
+    desk.start_daemon()
+    kiosk = Kiosk(desk)
+    kiosk.call("StartSession", "{'features': <['screen-reader']>}")
+    time.sleep(1.0)
+    assert orcas(desk) == [], "the service started Orca where gnome-session does"
+    assert desk.run(["dconf", "read", "/org/gnome/desktop/a11y/applications/screen-reader-enabled"]).strip() == "true"
+    gone = time.time()
+    session_manager.release_name("org.gnome.SessionManager")
+    wait_until(lambda: orcas(desk), 5, "the service did not start Orca once gnome-session was gone")
+    desk.speech.log.wait_for("Screen reader on", after=gone, timeout=5)
+    kiosk.call("EndSession")
+    wait_until(lambda: not orcas(desk), 2, "Orca did not stop at EndSession")
