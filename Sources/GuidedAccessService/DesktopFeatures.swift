@@ -177,9 +177,13 @@ extension GuidedAccessService {
             return "\(feature): the desktop '\(desktop)' does not act on it"
         }
         if settings.mode == .system {
-            return kind == .screenReader
+            // The system service cannot run a program in the user's session.
+            guard kind == .screenReader else {
+                return "\(feature): in system mode the service cannot run a program in the kiosk user's session"
+            }
+            return desktop == .gnomeShell
                 ? "screen-reader: in system mode only a desktop that starts the screen reader from its key can have one, and nothing installed here does (Orca's autostart entry, orca.service)"
-                : "\(feature): in system mode the service cannot run a program in the kiosk user's session"
+                : "screen-reader: in system mode only a desktop that starts the screen reader from its key can have one, and \(desktop) does not"
         }
         return kind.unavailableReason(
             installed: installation, x11Display: display.x11Display, waylandDisplay: display.waylandDisplay

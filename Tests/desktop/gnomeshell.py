@@ -199,6 +199,18 @@ def kill_all(find, children):
         time.sleep(0.02)
 
 
+def wait_for_name(connection, name, process, timeout):
+    """Waits until `name` has an owner on the bus; an error naming it when
+    `process` (which should take it) exits first or it takes too long."""
+    deadline = time.monotonic() + timeout
+    while not connection.name_has_owner(name):
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args} exited with {process.returncode} before {name} appeared")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} did not appear within {timeout} s")
+        time.sleep(0.05)
+
+
 _LIVE = []  # every Desktop not stopped yet
 
 
@@ -332,15 +344,7 @@ class Desktop:
         self._connections.append(connection)
         return connection
 
-    @staticmethod
-    def wait_for_name(connection, name, process, timeout):
-        deadline = time.monotonic() + timeout
-        while not connection.name_has_owner(name):
-            if process.poll() is not None:
-                raise RuntimeError(f"{process.args[0]} exited with {process.returncode} before {name} appeared")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} did not appear within {timeout} s")
-            time.sleep(0.05)
+    wait_for_name = staticmethod(wait_for_name)
 
     # -- gnome-shell
 

@@ -50,7 +50,9 @@ import time
 from pathlib import Path
 
 import speech
-from gnomeshell import BUS_CONFIG, DAEMON_BINARY, GA_NAME, kill_all, processes_in_mount_namespace, processes_in_sessions
+from gnomeshell import (
+    BUS_CONFIG, DAEMON_BINARY, GA_NAME, kill_all, processes_in_mount_namespace, processes_in_sessions, wait_for_name,
+)
 
 HERE = Path(__file__).resolve().parent
 GTK_BUTTON = HERE / "gtk_button.py"
@@ -240,15 +242,7 @@ class Desktop:
         self._connections.append(connection)
         return connection
 
-    @staticmethod
-    def wait_for_name(connection, name, process, timeout):
-        deadline = time.monotonic() + timeout
-        while not connection.name_has_owner(name):
-            if process.poll() is not None:
-                raise RuntimeError(f"{process.args} exited with {process.returncode} before {name} appeared")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} did not appear within {timeout} s")
-            time.sleep(0.05)
+    wait_for_name = staticmethod(wait_for_name)
 
     def gsettings_get(self, schema, key):
         return self.run([TOOLS["gsettings"], "get", schema, key]).strip()

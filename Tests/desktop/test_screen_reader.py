@@ -95,6 +95,23 @@ def gnome_desk(request):
         desk.stop()
 
 
+def hear_the_focused_button(desk, on, what):
+    """One screen reader started by the call that replied at `on`, and the
+    focused button's label heard within 5 s of it: in speech-dispatcher's
+    log, and as sound at that moment of the recording."""
+    spoken = desk.speech
+    assert len(orcas(desk)) == 1
+    greeting = spoken.log.wait_for("Screen reader on", after=on - 0.5, timeout=5)
+    first_sound = spoken.recording.wait_for_sound(on, timeout=5)
+    button = spoken.log.wait_for(f"{LABEL} push button", after=on, timeout=max(0.1, 5 - (time.time() - on)))
+    assert button.time - on <= 5
+    level = spoken.recording.level(button.time, button.time + 0.8)
+    assert level.peak > 0.05, f"'{button.text}' is in the log, but the recording is silent there: {level}"
+    print(f"\n{what} reply -> first sound {first_sound - on:.2f} s ('{greeting.text}' logged at "
+          f"+{greeting.time - on:.2f} s); '{button.text}' at +{button.time - on:.2f} s, "
+          f"peak {level.peak:.2f}, rms {level.rms:.3f}")
+
+
 def end_session_and_hear_nothing_more(desk, kiosk, name):
     """EndSession: Orca gone and the speaker silent within 1 s of the
     reply, the key unset again."""
@@ -124,7 +141,6 @@ def daemon_pid(desk):
 
 def test_on_sway_the_screen_reader_speaks_the_focused_button_and_is_silent_after_the_session(sway_desk):
     desk = sway_desk
-    spoken = desk.speech
     desk.start_daemon()
     kiosk = Kiosk(desk)
     assert kiosk.prop("Desktop") == "(<'sway'>,)"
@@ -139,23 +155,13 @@ def test_on_sway_the_screen_reader_speaks_the_focused_button_and_is_silent_after
 
     kiosk.call("StartSession", "{}")
     on, _ = kiosk.call("ConfigureForSession", "['screen-reader']", "true")
-    assert len(orcas(desk)) == 1
-    greeting = spoken.log.wait_for("Screen reader on", after=on - 0.5, timeout=5)
-    first_sound = spoken.recording.wait_for_sound(on, timeout=5)
-    button = spoken.log.wait_for(f"{LABEL} push button", after=on, timeout=5 - (time.time() - on))
-    assert button.time - on <= 5
-    level = spoken.recording.level(button.time, button.time + 0.8)
-    assert level.peak > 0.05, f"'{button.text}' is in the log, but the recording is silent there: {level}"
-    print(f"\nsway: ConfigureForSession reply -> first sound {first_sound - on:.2f} s "
-          f"('{greeting.text}' logged at +{greeting.time - on:.2f} s); '{button.text}' at +{button.time - on:.2f} s, "
-          f"peak {level.peak:.2f}, rms {level.rms:.3f}")
+    hear_the_focused_button(desk, on, "sway: ConfigureForSession")
 
     end_session_and_hear_nothing_more(desk, kiosk, "sway")
 
 
 def test_on_a_bare_gnome_shell_the_service_starts_the_screen_reader_and_it_speaks_the_focused_button(gnome_desk):
     desk = gnome_desk
-    spoken = desk.speech
     # As systemd or D-Bus activation would start it: no display variables;
     # the service finds mutter's Xwayland and its -auth file.
     desk.start_daemon(without=("WAYLAND_DISPLAY", "DISPLAY", "XAUTHORITY"))
@@ -171,16 +177,7 @@ def test_on_a_bare_gnome_shell_the_service_starts_the_screen_reader_and_it_speak
     assert orcas(desk) == []
 
     on, _ = kiosk.call("StartSession", "{'features': <['screen-reader']>}")
-    assert len(orcas(desk)) == 1
-    greeting = spoken.log.wait_for("Screen reader on", after=on - 0.5, timeout=5)
-    first_sound = spoken.recording.wait_for_sound(on, timeout=5)
-    button = spoken.log.wait_for(f"{LABEL} push button", after=on, timeout=max(0.1, 5 - (time.time() - on)))
-    assert button.time - on <= 5
-    level = spoken.recording.level(button.time, button.time + 0.8)
-    assert level.peak > 0.05, f"'{button.text}' is in the log, but the recording is silent there: {level}"
-    print(f"\ngnome-shell: StartSession reply -> first sound {first_sound - on:.2f} s "
-          f"('{greeting.text}' logged at +{greeting.time - on:.2f} s); '{button.text}' at +{button.time - on:.2f} s, "
-          f"peak {level.peak:.2f}, rms {level.rms:.3f}")
+    hear_the_focused_button(desk, on, "gnome-shell: StartSession")
 
     end_session_and_hear_nothing_more(desk, kiosk, "gnome-shell")
 
