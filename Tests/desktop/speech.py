@@ -387,7 +387,10 @@ class Speech:
     the end. DIRECTORY gets speech.wav, speech.wav.times and, with the
     default spawn, the processes' logs."""
 
-    def __init__(self, env, directory, spawn=None):
+    def __init__(self, env, directory, spawn=None, readable=lambda path: path):
+        """`readable(path)`: a path of this module the processes can read
+        (a harness that runs them as another user may have to copy it)."""
+        self.readable = readable
         self.env = dict(env)
         self.directory = Path(directory)
         self.config_dir = Path(self.env["XDG_CONFIG_HOME"]) / "speech-dispatcher"
@@ -468,7 +471,7 @@ class Speech:
         # opened before would go to its auto_null sink and never be heard.
         until(f"the default sink did not become {SINK!r}",
               lambda: self._pactl("set-default-sink", SINK)[0] == 0 and self._pactl("get-default-sink")[1] == SINK)
-        self._start("speech-recorder", [TOOLS["python3"], str(Path(__file__).resolve()), "record",
+        self._start("speech-recorder", [TOOLS["python3"], str(self.readable(Path(__file__).resolve())), "record",
                                         str(self.recording.path)])
         until("the recorder recorded nothing", lambda: self.recording.recorded_until() > -math.inf)
         return self

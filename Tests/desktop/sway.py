@@ -372,7 +372,7 @@ class Desktop:
         here, the recording in speech/ (which the test user can write);
         returns it. Start it before the screen reader, which starts
         speech-dispatcher with the configuration written here."""
-        self.speech = speech.Speech(self.env, self.root / "speech", spawn=self.spawn).start()
+        self.speech = speech.Speech(self.env, self.root / "speech", spawn=self.spawn, readable=self.readable).start()
         return self.speech
 
     # -- guidedaccessd
