@@ -78,8 +78,27 @@ def debian_mirror():
 def ensure_rootfs(log=print):
     """The cached root filesystem, built when absent or stale.
     Returns (path, seconds spent building: 0.0 when cached)."""
-    root = CACHE_DIR / f"rootfs-{SUITE}"
-    wanted = stamp_text()
+
+    def debootstrap(work, mirror):
+        log(f"container: building {CACHE_DIR / f'rootfs-{SUITE}'} with debootstrap from {mirror} (about a minute)")
+        result = subprocess.run(
+            ["debootstrap", f"--variant={VARIANT}", f"--include={','.join(PACKAGES)}", SUITE, str(work), mirror],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1800)
+        if result.returncode != 0:
+            debootstrap_log = work / "debootstrap" / "debootstrap.log"
+            tail = debootstrap_log.read_text()[-3000:] if debootstrap_log.exists() else ""
+            raise RuntimeError(
+                f"debootstrap failed ({result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}\n{tail}")
+
+    return build_cached(f"rootfs-{SUITE}", stamp_text(), debootstrap)
+
+
+def build_cached(name, wanted, build):
+    """The cached root filesystem CACHE_DIR/NAME whose stamp is `wanted`:
+    as it is, or made anew by build(work, mirror) in a temporary directory
+    that then replaces it whole. One build at a time (a lock in CACHE_DIR).
+    Returns (path, seconds spent building: 0.0 when cached)."""
+    root = CACHE_DIR / name
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     with open(CACHE_DIR / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -88,28 +107,20 @@ def ensure_rootfs(log=print):
             return root, 0.0
         mirror = debian_mirror()
         if not mirror:
-            raise Unavailable(f"no Debian mirror for {SUITE} in /etc/apt/sources.list(.d): cannot debootstrap")
+            raise Unavailable(f"no Debian mirror for {SUITE} in /etc/apt/sources.list(.d): cannot build {name}")
         try:
             urllib.request.urlopen(f"{mirror}/dists/{SUITE}/Release", timeout=20).close()
         except Exception as error:  # noqa: BLE001 (any network failure means the same)
-            raise Unavailable(f"the Debian mirror {mirror} cannot be reached ({error}): cannot debootstrap")
+            raise Unavailable(f"the Debian mirror {mirror} cannot be reached ({error}): cannot build {name}")
         started = time.monotonic()
-        work = Path(tempfile.mkdtemp(dir=CACHE_DIR, prefix=f".rootfs-{SUITE}."))
+        work = Path(tempfile.mkdtemp(dir=CACHE_DIR, prefix=f".{name}."))
         try:
             work.chmod(0o755)  # it becomes the container's /
-            log(f"container: building {root} with debootstrap from {mirror} (about a minute)")
-            result = subprocess.run(
-                ["debootstrap", f"--variant={VARIANT}", f"--include={','.join(PACKAGES)}", SUITE, str(work), mirror],
-                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1800)
-            if result.returncode != 0:
-                debootstrap_log = work / "debootstrap" / "debootstrap.log"
-                tail = debootstrap_log.read_text()[-3000:] if debootstrap_log.exists() else ""
-                raise RuntimeError(
-                    f"debootstrap failed ({result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}\n{tail}")
+            build(work, mirror)
             (work / STAMP_NAME).write_text(wanted)
             old = None
             if root.exists():
-                old = Path(tempfile.mkdtemp(dir=CACHE_DIR, prefix=f".rootfs-{SUITE}.old."))
+                old = Path(tempfile.mkdtemp(dir=CACHE_DIR, prefix=f".{name}.old."))
                 os.rename(root, old / "rootfs")
             os.rename(work, root)
             work = None

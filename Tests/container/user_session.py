@@ -21,14 +21,9 @@ Checked with systemd 252, Orca 43.1, speech-dispatcher 0.11.4.
 """
 
 import calendar
-import fcntl
-import os
 import re
-import shutil
 import subprocess
-import tempfile
 import time
-import urllib.request
 
 import nspawn
 from container_setup import KIOSK_UID, KIOSK_USER
@@ -94,48 +89,21 @@ def ensure_speech_rootfs(base, log=print):
     """The cached speech root filesystem, built from BASE (the cached base,
     nspawn.ensure_rootfs()) when absent or stale. Returns (path, seconds
     spent building: 0.0 when cached)."""
-    root = nspawn.CACHE_DIR / SPEECH_ROOTFS
-    wanted = speech_stamp_text()
-    with open(nspawn.CACHE_DIR / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        stamp = root / nspawn.STAMP_NAME
-        if stamp.is_file() and stamp.read_text() == wanted:
-            return root, 0.0
-        mirror = nspawn.debian_mirror()
-        if not mirror:
-            raise nspawn.Unavailable(f"no Debian mirror for {nspawn.SUITE} in /etc/apt/sources.list(.d)")
-        try:
-            urllib.request.urlopen(f"{mirror}/dists/{nspawn.SUITE}/Release", timeout=20).close()
-        except Exception as error:  # noqa: BLE001 (any network failure means the same)
-            raise nspawn.Unavailable(f"the Debian mirror {mirror} cannot be reached ({error}): cannot apt-get install")
-        started = time.monotonic()
-        work = tempfile.mkdtemp(dir=nspawn.CACHE_DIR, prefix=f".{SPEECH_ROOTFS}.")
-        try:
-            log(f"container: building {root}: {base} and apt-get install {' '.join(SPEECH_PACKAGES)} (under a minute)")
-            os.chmod(work, 0o755)  # it becomes the container's /
-            subprocess.run(["cp", "-a", "--reflink=auto", f"{base}/.", work], check=True, capture_output=True)
-            os.unlink(os.path.join(work, nspawn.STAMP_NAME))
-            result = subprocess.run(
-                ["unshare", "--mount", "--propagation", "private", "sh", "-ec", _APT_SCRIPT, "sh", *SPEECH_PACKAGES],
-                env={"PATH": nspawn.PATH, "ROOT": work}, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                timeout=1800)
-            if result.returncode != 0:
-                raise RuntimeError(f"apt-get install in {work} failed ({result.returncode}):\n"
-                                   f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-            with open(os.path.join(work, nspawn.STAMP_NAME), "w") as f:
-                f.write(wanted)
-            old = None
-            if root.exists():
-                old = tempfile.mkdtemp(dir=nspawn.CACHE_DIR, prefix=f".{SPEECH_ROOTFS}.old.")
-                os.rename(root, os.path.join(old, "rootfs"))
-            os.rename(work, root)
-            work = None
-            if old:
-                shutil.rmtree(old, ignore_errors=True)
-        finally:
-            if work is not None:
-                shutil.rmtree(work, ignore_errors=True)
-        return root, time.monotonic() - started
+
+    def install(work, mirror):
+        log(f"container: building {nspawn.CACHE_DIR / SPEECH_ROOTFS}: {base} and apt-get install "
+            f"{' '.join(SPEECH_PACKAGES)} (under a minute)")
+        subprocess.run(["cp", "-a", "--reflink=auto", f"{base}/.", str(work)], check=True, capture_output=True)
+        (work / nspawn.STAMP_NAME).unlink()
+        result = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-ec", _APT_SCRIPT, "sh", *SPEECH_PACKAGES],
+            env={"PATH": nspawn.PATH, "ROOT": str(work)}, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=1800)
+        if result.returncode != 0:
+            raise RuntimeError(f"apt-get install in {work} failed ({result.returncode}):\n"
+                               f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+
+    return nspawn.build_cached(SPEECH_ROOTFS, speech_stamp_text(), install)
 
 
 # --- the user's manager, its units --------------------------------------------
