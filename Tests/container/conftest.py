@@ -181,13 +181,7 @@ def rebootable(rootfs, stage, workdir):
         _CONTAINER.insert(0, ct)  # the one a failure's report reads the journal of
         yield install(ct)
     finally:
-        if ct in _CONTAINER:
-            _CONTAINER.remove(ct)
-        errors = ct.shutdown()
-        leftovers = [p for p in (ct.cgroup, str(nspawn.PROPAGATE_DIR / ct.name)) if os.path.exists(p)]
-        leftovers += nspawn.mounts_under(ct.root)
-        if errors or leftovers:
-            pytest.fail(f"reboot container clean-up: {errors} left: {leftovers}")
+        shut_down(ct, "reboot container")
 
 
 @pytest.fixture(scope="module")
@@ -210,10 +204,16 @@ def speech_container(speech_rootfs, stage, workdir):
             FACTS[f"speech container: {step}"] = f"{seconds:.2f} s"
         yield ct
     finally:
-        if ct in _CONTAINER:
-            _CONTAINER.remove(ct)
-        errors = ct.shutdown()
-        leftovers = [p for p in (ct.cgroup, str(nspawn.PROPAGATE_DIR / ct.name)) if os.path.exists(p)]
-        leftovers += nspawn.mounts_under(ct.root)
-        if errors or leftovers:
-            pytest.fail(f"speech container clean-up: {errors} left: {leftovers}")
+        shut_down(ct, "speech container")
+
+
+def shut_down(ct, what):
+    """Powers a container off; fails the test when anything of it is left
+    (cgroups, nspawn's propagate directory, mounts)."""
+    if ct in _CONTAINER:
+        _CONTAINER.remove(ct)
+    errors = ct.shutdown()
+    leftovers = [p for p in (ct.cgroup, str(nspawn.PROPAGATE_DIR / ct.name)) if os.path.exists(p)]
+    leftovers += nspawn.mounts_under(ct.root)
+    if errors or leftovers:
+        pytest.fail(f"{what} clean-up: {errors} left: {leftovers}")

@@ -126,7 +126,7 @@ def missing_tools(screen_reader=False):
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def _die_with_parent():
+def die_with_parent():
     _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
@@ -136,7 +136,7 @@ def _child_setup(namespace):
     def setup():
         if namespace is not None and _LIBC.setns(namespace, CLONE_NEWNS) != 0:
             raise OSError(ctypes.get_errno(), "setns to the desktop's mount namespace")
-        _die_with_parent()
+        die_with_parent()
     return setup
 
 
@@ -299,7 +299,7 @@ class Desktop:
             holder = subprocess.Popen(
                 [TOOLS["unshare"], "--mount", "--propagation", "private", "/bin/sh", "-c", NAMESPACE_HOLDER],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
-                preexec_fn=_die_with_parent)
+                preexec_fn=die_with_parent)
         self.processes["namespace"] = holder
         self.sessions.add(holder.pid)
         ready = holder.stdout.readline()

@@ -38,12 +38,10 @@ removes the directory. It also runs at interpreter exit.
 The recipe: ../shared/notes/real-systems.md, sections 3 and 4."""
 
 import atexit
-import ctypes
 import json
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -51,7 +49,8 @@ from pathlib import Path
 
 import speech
 from gnomeshell import (
-    BUS_CONFIG, DAEMON_BINARY, GA_NAME, kill_all, processes_in_mount_namespace, processes_in_sessions, wait_for_name,
+    BUS_CONFIG, DAEMON_BINARY, GA_NAME, die_with_parent, kill_all, processes_in_mount_namespace, processes_in_sessions,
+    wait_for_name,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -101,10 +100,6 @@ def ensure_test_user():
 
 
 # ---------------------------------------------------------------- processes
-
-
-def _die_with_parent():
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 _LIVE = []  # every Desktop not stopped yet
@@ -175,7 +170,7 @@ class Desktop:
         with open(self.root / f"{name}.log", "ab") as log:
             process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=stdout or log, stderr=log, env=env, cwd=self.root,
-                start_new_session=True, preexec_fn=_die_with_parent)
+                start_new_session=True, preexec_fn=die_with_parent)
         self.processes[name] = process
         self.sessions.add(process.pid)
         return process
@@ -189,7 +184,7 @@ class Desktop:
         """Runs argv as the test user in the desktop; its output (stdout)."""
         done = subprocess.run(self.as_user(argv), stdin=subprocess.DEVNULL, capture_output=True, text=text,
                               timeout=timeout, env=self.env if env is None else env, cwd=self.root,
-                              preexec_fn=_die_with_parent)
+                              preexec_fn=die_with_parent)
         if check and done.returncode != 0:
             stderr = done.stderr if text else done.stderr.decode(errors="replace")
             raise RuntimeError(f"{' '.join(map(str, argv))}: exit {done.returncode}: {stderr.strip()}")
