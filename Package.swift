@@ -5,6 +5,7 @@ let package = Package(
     name: "GuidedAccess",
     platforms: [.macOS(.v15)],
     products: [
+        .library(name: "GuidedAccessAPI", targets: ["GuidedAccessAPI"]),
         .library(name: "DBus", targets: ["DBus"]),
         .library(name: "GuidedAccessCore", targets: ["GuidedAccessCore"]),
         .library(name: "GSettingsBackend", targets: ["GSettingsBackend"]),
@@ -39,19 +40,30 @@ let package = Package(
             name: "DBus",
             dependencies: ["CDBus", "CLinux", .product(name: "Logging", package: "swift-log")]),
 
-        // The domain: features, the key map, sessions, restrictions, the journal.
-        // Imports neither libdbus nor GLib.
-        .target(name: "GuidedAccessCore"),
+        // The API's vocabulary: bus coordinates, features, restriction
+        // states, error names, option keys, session-change reasons. No
+        // dependencies: the service, the client library, the CLI and the
+        // tests all take it from here.
+        .target(name: "GuidedAccessAPI"),
+        // The API's types in their D-Bus form, for both sides of the bus.
+        .target(name: "GuidedAccessWire", dependencies: ["GuidedAccessAPI", "DBus"]),
 
+        // The domain: the key map, sessions and their store, restrictions,
+        // the journal. Imports neither libdbus nor GLib.
+        .target(name: "GuidedAccessCore", dependencies: ["GuidedAccessAPI"]),
+
+        // The installed GSettings schemas: key checks and values to and from
+        // GVariant, for both settings backends.
+        .target(name: "GSettingsSchemas", dependencies: ["CGio", "GuidedAccessCore"]),
         // User mode: the mapped keys in the user's own GSettings (dconf).
-        .target(name: "GSettingsBackend", dependencies: ["CDBus", "CDconf", "CGio", "GuidedAccessCore"]),
+        .target(
+            name: "GSettingsBackend", dependencies: ["CDBus", "CDconf", "CGio", "GSettingsSchemas", "GuidedAccessCore"]),
         // Runs GSettingsBackend in its own process, so tests can give GLib a
         // private bus and config dirs before it reads its environment.
         .executableTarget(name: "gsettings-backend-probe", dependencies: ["GSettingsBackend"]),
         // System mode: the mapped keys imposed and locked through a dconf
-        // system database (keyfiles + `dconf update`); schema checks from
-        // GSettingsBackend.
-        .target(name: "DconfBackend", dependencies: ["GSettingsBackend", "GuidedAccessCore"]),
+        // system database (keyfiles + `dconf update`).
+        .target(name: "DconfBackend", dependencies: ["CGio", "GSettingsSchemas", "GuidedAccessCore"]),
 
         // GLib's GKeyFile for the service's configuration files and drop-ins.
         .target(name: "KeyFile", dependencies: ["CGio"]),
@@ -68,7 +80,8 @@ let package = Package(
         .target(
             name: "GuidedAccessService",
             dependencies: [
-                "DBus", "GuidedAccessCore", "KioskSession", .product(name: "Logging", package: "swift-log"),
+                "DBus", "GuidedAccessAPI", "GuidedAccessWire", "GuidedAccessCore", "KioskSession",
+                .product(name: "Logging", package: "swift-log"),
             ]),
         .executableTarget(
             name: "guidedaccessd",
@@ -79,7 +92,7 @@ let package = Package(
 
         // The client library for kiosk apps: the service's API in Swift types,
         // on the DBus layer only (not the domain, GuidedAccessCore).
-        .target(name: "GuidedAccessClient", dependencies: ["DBus"]),
+        .target(name: "GuidedAccessClient", dependencies: ["GuidedAccessAPI", "GuidedAccessWire", "DBus"]),
         // The command-line client.
         .executableTarget(
             name: "guidedaccessctl",
@@ -103,11 +116,9 @@ let package = Package(
         .testTarget(name: "GuidedAccessCoreTests", dependencies: ["GuidedAccessCore"]),
         .testTarget(
             name: "GSettingsBackendTests",
-            dependencies: ["GSettingsBackend", "gsettings-backend-probe"]),
-        // PrivateDconf.swift is GSettingsBackendTests' own, linked in (a test
-        // target cannot depend on another).
-        .testTarget(name: "DconfBackendTests", dependencies: ["DconfBackend"]),
-        // What the tests of several targets share: a dbus-daemon of their own.
+            dependencies: ["GSettingsBackend", "gsettings-backend-probe", "TestSupport"]),
+        .testTarget(name: "DconfBackendTests", dependencies: ["DconfBackend", "TestSupport"]),
+        // What the tests of several targets share: a dbus-daemon and a dconf of their own.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "GuidedAccessServiceTests", dependencies: ["GuidedAccessService", "DBus"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
@@ -117,15 +128,7 @@ let package = Package(
     swiftLanguageModes: [.v6]
 )
 
-// The service's own modules use nothing of _StringProcessing (Regex and the
-// string algorithms built on it). Without its implicit import the static
-// guidedaccessd does not carry it: 1.2 MB less text, 0.25–0.5 MiB less RSS
-// (scripts/bench-service).
-let serviceModules: Set<String> = [
-    "DBus", "GuidedAccessCore", "GSettingsBackend", "DconfBackend", "KeyFile", "GuidedAccessService", "guidedaccessd",
-]
-for target in package.targets where serviceModules.contains(target.name) {
-    target.swiftSettings = (target.swiftSettings ?? []) + [
-        .unsafeFlags(["-Xfrontend", "-disable-implicit-string-processing-module-import"])
-    ]
-}
+// No target has unsafeFlags: SwiftPM refuses a dependency by version (a kiosk
+// app's `.package(url:from:)`) whose targets a product needs have them. The
+// release build as it ships (`make`) disables the implicit import of
+// _StringProcessing on its own command line instead (see the Makefile).

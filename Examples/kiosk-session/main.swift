@@ -76,7 +76,7 @@ do {
     try await guidedAccess.requestSession(enabled: [.screenReader, .zoom])
     let provider = try await guidedAccess.register(provider: PaymentsProvider())
     let enabled = try await guidedAccess.enabledFeatures
-    print("session started: \(enabled.map(\.rawValue).sorted().joined(separator: ", "))")
+    print("session started: \(enabled.sortedWireNames.joined(separator: ", "))")
 
     try await Task.sleep(for: .seconds(seconds))
 

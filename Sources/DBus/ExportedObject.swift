@@ -42,11 +42,6 @@ extension Connection {
         }
     }
 
-    /// Stops serving the object at `path`.
-    public func unexport(_ path: ObjectPath) {
-        objects[path] = nil
-    }
-
     /// Re-reads the properties of `interface` at `path` that announce
     /// changes, and emits one `PropertiesChanged` with those whose values
     /// differ from the last announced ones (nothing when none do). Call it

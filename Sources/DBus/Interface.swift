@@ -1,7 +1,8 @@
-/// One declaration of a D-Bus interface: its methods with their argument
-/// types and handlers, its properties with getters (and setters) and change
+/// One declaration of a D-Bus interface: its methods with their arguments
+/// and handlers, its properties with getters (and setters) and change
 /// behaviour, and its signals. Dispatch, argument checking, property access
-/// and the introspection XML are all derived from it — there is no second
+/// and the introspection XML are all derived from it, and every signature
+/// from the Swift types its handlers take and return — there is no second
 /// place to keep in sync.
 public struct Interface: Sendable {
     public let name: String
@@ -28,19 +29,50 @@ public struct Interface: Sendable {
     public func signal(_ name: String) -> Signal? { signals.first { $0.name == name } }
 }
 
-/// A named, typed argument of a method or signal.
-public struct Argument: Sendable {
-    public let name: String
-    public let type: DBusType
+/// An argument as dispatch and introspection see it: a name and a D-Bus type.
+/// `Argument` is the one to write; this is what lists of arguments of mixed
+/// types hold.
+public protocol ArgumentDeclaration: Sendable {
+    var name: String { get }
+    var type: DBusType { get }
+}
 
-    /// `signature` must be one complete type; an invalid one is a programming error.
-    public init(_ name: String, _ signature: String) {
-        do {
-            type = try DBusType.parseSingle(signature)
-        } catch {
-            preconditionFailure("argument \(name): \(error.message)")
-        }
+/// A named argument of a method or signal, typed by the Swift value it
+/// carries: its D-Bus type is `Value.dbusType`, so the declaration states
+/// each type once and a handler receives (or returns) `Value` itself.
+public struct Argument<Value: DBusRepresentable>: ArgumentDeclaration {
+    public let name: String
+
+    /// A `Value` whose type the specification does not allow (an empty
+    /// struct, a dict keyed by a container) is a programming error.
+    public init(_ name: String, _: Value.Type) {
+        checkDeclared(Value.dbusType, "argument \(name)")
         self.name = name
+    }
+
+    public var type: DBusType { Value.dbusType }
+
+    /// The argument's value decoded for a handler. The dispatcher has
+    /// checked its signature, so what fails here is the content (an unknown
+    /// enum value, a struct field out of range): the caller's mistake, so
+    /// InvalidArgs naming the argument, whatever error the conformance chose.
+    func decode(_ value: DBusValue, of member: String) throws(DBusError) -> Value {
+        do {
+            return try Value(dbusValue: value)
+        } catch {
+            throw .invalidArgs("\(member) argument '\(name)': \(error.message)")
+        }
+    }
+}
+
+/// Declared types come from `DBusRepresentable` conformances, which can
+/// describe types the specification forbids; catch those when the interface
+/// is declared, not when a caller first meets them.
+func checkDeclared(_ type: DBusType, _ what: @autoclosure () -> String) {
+    do {
+        _ = try DBusType.parseSingle(type.signature)
+    } catch {
+        preconditionFailure("\(what()): \(error.message)")
     }
 }
 
@@ -51,41 +83,162 @@ public struct MethodCall: Sendable {
     public let path: ObjectPath
     public let interface: String
     public let member: String
-    /// The arguments, already checked against the method's declared types.
+    /// The arguments as received, already checked against the method's
+    /// declared types. Typed handlers get them decoded; these are for the
+    /// ones that need the raw values (an `a{sv}` read key by key).
     public let arguments: [DBusValue]
     /// The caller allows polkit to ask its user interactively.
     public let allowInteractiveAuthorization: Bool
     public let noReplyExpected: Bool
     /// The connection the call came in on, for calls of the handler's own.
     public let connection: Connection
-
-    /// The argument at `index`, decoded. Arguments are type-checked before a
-    /// handler runs, so a failure here is a mistake in the declaration.
-    public func argument<T: DBusRepresentable>(_ index: Int, as _: T.Type = T.self) throws(DBusError) -> T {
-        guard index < arguments.count else {
-            throw .invalidArgs("\(member) expects an argument at position \(index)")
-        }
-        return try arguments[index].decode(T.self)
-    }
 }
 
-public typealias MethodHandler = @Sendable (MethodCall) async throws -> [DBusValue]
-
+/// A method: its arguments and the handler that answers it.
+///
+/// The typed initializers take up to three inputs and at most one output;
+/// the handler receives the call and the decoded inputs and returns the
+/// output's value. A call whose signature differs from the inputs' is
+/// InvalidArgs before the handler runs, and so is one whose values do not
+/// decode (see `Argument`). Checks that must answer with another error
+/// (`UnknownFeature`) belong in the handler, not in a conformance.
 public struct Method: Sendable {
-    public let name: String
-    public let inputs: [Argument]
-    public let outputs: [Argument]
-    public let handler: MethodHandler
+    /// The one form every declaration is kept in, so that dispatch and
+    /// introspection have a single path: the call (its arguments checked
+    /// against `inputs`) to the reply's values.
+    ///
+    /// It runs on the dispatcher's executor (`nonisolated(nonsending)`):
+    /// entering a nonisolated async function from a job on the loop is a
+    /// trip through the loop's queue, so a wrapper of its own would add one
+    /// on the way in and one on the way back, and work the handler queued
+    /// (a task that closes the connection) would overtake its reply.
+    typealias Handler = nonisolated(nonsending) @Sendable (MethodCall) async throws -> [DBusValue]
 
-    public init(_ name: String, inputs: [Argument] = [], outputs: [Argument] = [], handler: @escaping MethodHandler) {
+    public let name: String
+    public let inputs: [any ArgumentDeclaration]
+    public let outputs: [any ArgumentDeclaration]
+    /// The signatures the dispatcher checks calls and replies against.
+    public let inputSignature: String
+    public let outputSignature: String
+    let handler: Handler
+
+    init(
+        name: String, inputs: [any ArgumentDeclaration], outputs: [any ArgumentDeclaration],
+        handler: @escaping Handler
+    ) {
         self.name = name
         self.inputs = inputs
         self.outputs = outputs
+        self.inputSignature = inputs.map { $0.type.signature }.joined()
+        self.outputSignature = outputs.map { $0.type.signature }.joined()
         self.handler = handler
     }
 
-    public var inputSignature: String { inputs.map { $0.type.signature }.joined() }
-    public var outputSignature: String { outputs.map { $0.type.signature }.joined() }
+    /// The untyped form, for what the typed ones cannot say: more than three
+    /// inputs or more than one output, or values passed through without
+    /// decoding. The handler reads `call.arguments` and returns the reply's
+    /// values, which must match `outputs` (a reply that does not is Failed).
+    public init(
+        _ name: String, inputs: [any ArgumentDeclaration], outputs: [any ArgumentDeclaration],
+        handler: @escaping @Sendable (MethodCall) async throws -> [DBusValue]
+    ) {
+        self.init(name: name, inputs: inputs, outputs: outputs, handler: handler)
+    }
+
+    // MARK: Typed forms
+
+    public init(_ name: String, handler: @escaping @Sendable (MethodCall) async throws -> Void) {
+        self.init(name: name, inputs: [], outputs: []) { call in
+            try await handler(call)
+            return []
+        }
+    }
+
+    public init<R>(
+        _ name: String, returns output: Argument<R>, handler: @escaping @Sendable (MethodCall) async throws -> R
+    ) {
+        self.init(name: name, inputs: [], outputs: [output]) { call in
+            [try await handler(call).dbusValue]
+        }
+    }
+
+    public init<A>(
+        _ name: String, _ a: Argument<A>, handler: @escaping @Sendable (MethodCall, A) async throws -> Void
+    ) {
+        self.init(name: name, inputs: [a], outputs: []) { call in
+            let values = try Method.values(call, count: 1)
+            try await handler(call, try a.decode(values[0], of: name))
+            return []
+        }
+    }
+
+    public init<A, R>(
+        _ name: String, _ a: Argument<A>, returns output: Argument<R>,
+        handler: @escaping @Sendable (MethodCall, A) async throws -> R
+    ) {
+        self.init(name: name, inputs: [a], outputs: [output]) { call in
+            let values = try Method.values(call, count: 1)
+            return [try await handler(call, try a.decode(values[0], of: name)).dbusValue]
+        }
+    }
+
+    public init<A, B>(
+        _ name: String, _ a: Argument<A>, _ b: Argument<B>,
+        handler: @escaping @Sendable (MethodCall, A, B) async throws -> Void
+    ) {
+        self.init(name: name, inputs: [a, b], outputs: []) { call in
+            let values = try Method.values(call, count: 2)
+            try await handler(call, try a.decode(values[0], of: name), try b.decode(values[1], of: name))
+            return []
+        }
+    }
+
+    public init<A, B, R>(
+        _ name: String, _ a: Argument<A>, _ b: Argument<B>, returns output: Argument<R>,
+        handler: @escaping @Sendable (MethodCall, A, B) async throws -> R
+    ) {
+        self.init(name: name, inputs: [a, b], outputs: [output]) { call in
+            let values = try Method.values(call, count: 2)
+            let result = try await handler(call, try a.decode(values[0], of: name), try b.decode(values[1], of: name))
+            return [result.dbusValue]
+        }
+    }
+
+    public init<A, B, C>(
+        _ name: String, _ a: Argument<A>, _ b: Argument<B>, _ c: Argument<C>,
+        handler: @escaping @Sendable (MethodCall, A, B, C) async throws -> Void
+    ) {
+        self.init(name: name, inputs: [a, b, c], outputs: []) { call in
+            let values = try Method.values(call, count: 3)
+            try await handler(
+                call, try a.decode(values[0], of: name), try b.decode(values[1], of: name),
+                try c.decode(values[2], of: name))
+            return []
+        }
+    }
+
+    public init<A, B, C, R>(
+        _ name: String, _ a: Argument<A>, _ b: Argument<B>, _ c: Argument<C>, returns output: Argument<R>,
+        handler: @escaping @Sendable (MethodCall, A, B, C) async throws -> R
+    ) {
+        self.init(name: name, inputs: [a, b, c], outputs: [output]) { call in
+            let values = try Method.values(call, count: 3)
+            let result = try await handler(
+                call, try a.decode(values[0], of: name), try b.decode(values[1], of: name),
+                try c.decode(values[2], of: name))
+            return [result.dbusValue]
+        }
+    }
+
+    /// The call's arguments, as many as the typed form decodes. The
+    /// dispatcher has checked the signature; this keeps a handler run any
+    /// other way from indexing past them.
+    private static func values(_ call: MethodCall, count: Int) throws(DBusError) -> [DBusValue] {
+        guard call.arguments.count == count else {
+            throw .invalidArgs("\(call.member) expects \(count) arguments, got \(call.arguments.count)")
+        }
+        return call.arguments
+    }
 }
 
 public struct Property: Sendable {
@@ -101,28 +254,45 @@ public struct Property: Sendable {
         case silent = "false"
     }
 
-    public typealias Getter = @Sendable () async throws -> DBusValue
-    public typealias Setter = @Sendable (DBusValue, MethodCall) async throws -> Void
+    /// The stored forms of getter and setter, whatever the property's type;
+    /// on the caller's executor for the reason `Method.Handler` is.
+    typealias Getter = nonisolated(nonsending) @Sendable () async throws -> DBusValue
+    typealias Setter = nonisolated(nonsending) @Sendable (DBusValue, MethodCall) async throws -> Void
 
     public let name: String
     public let type: DBusType
     public let changes: ChangeBehaviour
-    public let getter: Getter
-    public let setter: Setter?
+    let getter: Getter
+    let setter: Setter?
 
-    public init(
-        _ name: String, _ signature: String, changes: ChangeBehaviour = .emitsValue,
-        get: @escaping Getter, set: Setter? = nil
+    /// A property of type `T`: the getter returns the value, the setter (a
+    /// writable property's) receives it decoded. `Properties.Set` with a
+    /// value of another type, or one that does not decode, is InvalidArgs
+    /// before the setter runs.
+    public init<T: DBusRepresentable>(
+        _ name: String, _: T.Type, changes: ChangeBehaviour = .emitsValue,
+        get: @escaping @Sendable () async throws -> T, set: (@Sendable (T, MethodCall) async throws -> Void)? = nil
     ) {
-        do {
-            type = try DBusType.parseSingle(signature)
-        } catch {
-            preconditionFailure("property \(name): \(error.message)")
-        }
+        checkDeclared(T.dbusType, "property \(name)")
         self.name = name
+        self.type = T.dbusType
         self.changes = changes
-        self.getter = get
-        self.setter = set
+        self.getter = { try await get().dbusValue }
+        if let set {
+            self.setter = { value, call in try await set(Property.decode(value, of: name), call) }
+        } else {
+            self.setter = nil
+        }
+    }
+
+    /// A value for a setter. `Properties.Set` has checked its type, so what
+    /// fails here is the content: InvalidArgs, as for method arguments.
+    private static func decode<T: DBusRepresentable>(_ value: DBusValue, of name: String) throws(DBusError) -> T {
+        do {
+            return try T(dbusValue: value)
+        } catch {
+            throw .invalidArgs("property '\(name)': \(error.message)")
+        }
     }
 
     public var isWritable: Bool { setter != nil }
@@ -130,14 +300,17 @@ public struct Property: Sendable {
 
 public struct Signal: Sendable {
     public let name: String
-    public let arguments: [Argument]
+    public let arguments: [any ArgumentDeclaration]
+    /// The signature `Connection.emit` checks the values against.
+    public let signature: String
 
-    public init(_ name: String, _ arguments: [Argument] = []) {
+    public init<each Value: DBusRepresentable>(_ name: String, _ arguments: repeat Argument<each Value>) {
+        var list: [any ArgumentDeclaration] = []
+        for argument in repeat each arguments { list.append(argument) }
         self.name = name
-        self.arguments = arguments
+        self.arguments = list
+        self.signature = list.map { $0.type.signature }.joined()
     }
-
-    public var signature: String { arguments.map { $0.type.signature }.joined() }
 }
 
 // MARK: - Introspection
@@ -233,7 +406,7 @@ enum Introspection {
         return out + "  </interface>\n"
     }
 
-    private static func argument(_ arg: Argument, direction: String?) -> String {
+    private static func argument(_ arg: any ArgumentDeclaration, direction: String?) -> String {
         let dir = direction.map { " direction=\"\($0)\"" } ?? ""
         return "      <arg type=\"\(escape(arg.type.signature))\" name=\"\(escape(arg.name))\"\(dir)/>\n"
     }

@@ -1,4 +1,4 @@
-import GSettingsBackend
+import GSettingsSchemas
 import Glibc
 import GuidedAccessCore
 
@@ -32,7 +32,7 @@ import GuidedAccessCore
 ///   value (or the schema default) reappears.
 ///
 /// Values are checked against the installed schemas (`GSettingsSchemaCheck`)
-/// before anything is written. Calls come from one serial executor.
+/// by `check`, before anything is written. Calls come from one serial executor.
 public final class DconfBackend: SettingsBackend {
     public let name = "dconf"
     public let databaseDir: String
@@ -94,33 +94,32 @@ public final class DconfBackend: SettingsBackend {
         schemas.availability(of: key, for: value)
     }
 
-    public func validate(_ value: SettingValue, for key: SettingKey) throws(SettingsBackendError) {
-        try schemas.validate(value, for: key)
+    /// Every value against its key's schema. A key let go of (nil) needs no
+    /// check: whatever the schemas say now, it is no longer imposed.
+    public func check(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) -> CheckedChange {
+        let change = CheckedChange(changes)
+        for entry in change.entries {
+            if let value = entry.value { _ = try schemas.checked(value, for: entry.key) }
+        }
+        return change
     }
 
     /// What the session layer imposes on the key now; nil when it imposes
     /// nothing (see the type's comment: this is "the value before the session").
     public func userValue(of key: SettingKey) throws(SettingsBackendError) -> SettingValue? {
         if let value = imposed[key] { return value }
-        _ = try schemas.defaultValue(of: key)  // only to report a missing schema or key
+        _ = try schemas.schemaKey(key)  // only to report a missing schema or key
         return nil
     }
 
-    /// Merges the changes into the imposed set (nil: no longer imposed),
-    /// checks every value first, writes both files atomically and runs
-    /// `dconf update`. On a failure the previous files are put back (without
-    /// another `dconf update`) and `imposed` is unchanged.
-    public func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) {
-        if changes.isEmpty { return }
+    /// Merges the change into the imposed set (nil: no longer imposed),
+    /// writes both files atomically and runs `dconf update`. On a failure the
+    /// previous files are put back (without another `dconf update`) and
+    /// `imposed` is unchanged.
+    public func apply(_ change: CheckedChange) throws(SettingsBackendError) {
+        if change.isEmpty { return }
         var new = imposed
-        for (key, value) in changes.sorted(by: { $0.key < $1.key }) {
-            if let value {
-                try schemas.validate(value, for: key)
-                new[key] = value
-            } else {
-                new[key] = nil
-            }
-        }
+        for entry in change.entries { new[entry.key] = entry.value }
         try impose(new)
     }
 
@@ -150,10 +149,10 @@ public final class DconfBackend: SettingsBackend {
     /// left a database that does not say what the files say.
     public func lockBaseline(_ values: [SettingKey: SettingValue]) throws(SettingsBackendError) {
         let wanted = lockOutsideSession ? values : [:]
-        for (key, value) in wanted.sorted(by: { $0.key < $1.key }) { try schemas.validate(value, for: key) }
+        for (key, value) in wanted.sorted(by: { $0.key < $1.key }) { _ = try schemas.checked(value, for: key) }
         for path in [keyfilePath, locksPath, baselineKeyfilePath, baselineLocksPath] {
-            // Left by a crash mid-write, if at all (`X.tmp`: the name before
-            // temporary files were dot files, which dconf would compile).
+            // Temporary files a crash mid-write left, if any: ours (`.X.tmp`),
+            // and `X.tmp` as earlier releases named them, which dconf would compile.
             unlink(temporaryPath(of: path))
             unlink(path + ".tmp")
         }

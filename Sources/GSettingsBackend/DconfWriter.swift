@@ -8,8 +8,7 @@ import GuidedAccessCore
 /// connection of the backend's own, blocking until dconf-service has written
 /// its database — what `dconf_client_change_sync` does through GDBus, without
 /// GDBus: no worker thread, none of GDBus's code and buffers in memory, and
-/// no hand-over between threads on every write (1.0 ms instead of 1.3–1.5 ms
-/// per change here).
+/// no hand-over between threads on every write.
 ///
 /// Only for the common profile whose first database is `user-db:NAME`
 /// (dconf's default, and what the system mode's profile starts with): the

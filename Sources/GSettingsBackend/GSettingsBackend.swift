@@ -1,5 +1,6 @@
 import CDconf
 import CGio
+import GSettingsSchemas
 import GuidedAccessCore
 
 /// User mode: the mapped keys in the user's own GSettings (dconf on a GNOME
@@ -21,7 +22,8 @@ import GuidedAccessCore
 ///
 /// GLib aborts the process on `g_settings_new` with an unknown schema and
 /// warns or aborts on unknown keys and ill-typed values, so every call checks
-/// the key against the default schema source first (`GSettingsSchemaCheck`);
+/// the key against the default schema source first (`GSettingsSchemaCheck`,
+/// which looks each key up once and keeps its type, range and dconf path);
 /// GSettings objects are created only for schemas that exist, lazily, and kept.
 ///
 /// GSettings and libdconf deliver change notifications to the thread-default
@@ -43,7 +45,7 @@ public final class GSettingsBackend: SettingsBackend {
     }
 
     public let store: Store
-    private let schemaCheck = GSettingsSchemaCheck()
+    private let schemas = GSettingsSchemaCheck()
     /// One delayed-apply GSettings object per schema, created on first use (store `gsettings`).
     private var settings: [String: UnsafeMutablePointer<GSettings>] = [:]
     /// The libdconf client (store `dconf`), created on first use.
@@ -66,18 +68,26 @@ public final class GSettingsBackend: SettingsBackend {
     // MARK: SettingsBackend
 
     public func availability(of key: SettingKey, for value: SettingValue) -> SettingAvailability {
-        schemaCheck.availability(of: key, for: value)
+        schemas.availability(of: key, for: value)
     }
 
-    public func validate(_ value: SettingValue, for key: SettingKey) throws(SettingsBackendError) {
-        try schemaCheck.validate(value, for: key)
+    /// Schema, key, type, then range or choices; a reset needs the key only.
+    public func check(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) -> CheckedChange {
+        let change = CheckedChange(changes)
+        for entry in change.entries {
+            if let value = entry.value {
+                _ = try schemas.checked(value, for: entry.key)
+            } else {
+                _ = try schemas.schemaKey(entry.key)
+            }
+        }
+        return change
     }
 
     public func userValue(of key: SettingKey) throws(SettingsBackendError) -> SettingValue? {
-        let schemaKey = try schemaCheck.checked(key, for: nil)
-        g_settings_schema_key_unref(schemaKey)
+        let schemaKey = try schemas.schemaKey(key)
         return try withContext { () throws(SettingsBackendError) -> SettingValue? in
-            guard let variant = try readUserValue(key) else { return nil }
+            guard let variant = readUserValue(schemaKey) else { return nil }
             defer { g_variant_unref(variant) }
             guard let value = SettingValue(variant) else {
                 throw SettingsBackendError(
@@ -87,38 +97,54 @@ public final class GSettingsBackend: SettingsBackend {
         }
     }
 
-    /// Checks every change first (schema, key, type, range, writability), then
-    /// writes them all — as one dconf change set, or as one delayed apply per
-    /// schema with the `gsettings` store — and returns once the store has
-    /// written them, so another process reads the new values.
-    public func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) {
-        if changes.isEmpty { return }
+    /// Checks that every key is writable, then writes them all — as one
+    /// dconf change set, or as one delayed apply per schema with the
+    /// `gsettings` store — and returns once the store has written them, so
+    /// another process reads the new values.
+    public func apply(_ change: CheckedChange) throws(SettingsBackendError) {
+        if change.isEmpty { return }
         try withContext { () throws(SettingsBackendError) in
-            let sorted = changes.sorted { $0.key < $1.key }
-            for (key, value) in sorted {
-                let schemaKey = try schemaCheck.checked(key, for: value)
-                defer { g_settings_schema_key_unref(schemaKey) }
-                if let value { try schemaCheck.checkRange(value, of: key, schemaKey) }
+            var writes: [Write] = []
+            defer { for write in writes { write.release() } }
+            for entry in change.entries {
+                // Found by `check`: a lookup in the cache.
+                let schemaKey = try schemas.schemaKey(entry.key)
                 // GSettings in delay mode cannot report a locked key, and
                 // g_settings_apply drops a refused write silently: ask first.
-                guard try isWritable(key) else {
-                    throw SettingsBackendError(.writeFailed, "\(key) is not writable (locked)")
+                guard isWritable(schemaKey) else {
+                    throw SettingsBackendError(.writeFailed, "\(entry.key) is not writable (locked)")
                 }
+                writes.append(Write(schemaKey: schemaKey, value: entry.value))
             }
             switch store {
-            case .dconf: try writeChangeSet(sorted)
-            case .gsettings: try applyPerSchema(sorted)
+            case .dconf: try writeChangeSet(writes, of: change)
+            case .gsettings: try applyPerSchema(writes)
             }
-            // A write the store refused after all (GSettings only logs it) or
-            // that another writer overtook: read the values back.
-            for (key, value) in sorted {
-                let now = try readBack(key)
-                guard now == value else {
-                    throw SettingsBackendError(
-                        .writeFailed,
-                        "\(key) \(value.map { "\($0)" } ?? "reset") did not take effect (it is \(now.map { "\($0)" } ?? "unset"))")
-                }
-            }
+            // A write the store refused after all (GSettings only logs it),
+            // that went to another database than the one read, or that
+            // another writer overtook. Cheap with the dconf store: libdconf
+            // reopens the database dconf-service has just replaced at its
+            // first call after a write, the read-back's or else the next
+            // writability check's.
+            for write in writes { try confirm(write) }
+        }
+    }
+
+    /// One key of a change on its way to the store, with its value as a
+    /// GVariant (nil: a reset), made once for the write and the read-back.
+    private struct Write {
+        let schemaKey: SchemaKey
+        let value: SettingValue?
+        let variant: OpaquePointer?
+
+        init(schemaKey: SchemaKey, value: SettingValue?) {
+            self.schemaKey = schemaKey
+            self.value = value
+            variant = value?.newVariant()
+        }
+
+        func release() {
+            if let variant { g_variant_unref(variant) }
         }
     }
 
@@ -126,19 +152,10 @@ public final class GSettingsBackend: SettingsBackend {
 
     /// One change set for every key, written by dconf-service before the call
     /// returns: through `DconfWriter` for the usual profile, else libdconf.
-    private func writeChangeSet(_ sorted: [(key: SettingKey, value: SettingValue?)]) throws(SettingsBackendError) {
+    private func writeChangeSet(_ writes: [Write], of change: CheckedChange) throws(SettingsBackendError) {
         let changeset = dconf_changeset_new()!
         defer { dconf_changeset_unref(changeset) }
-        for (key, value) in sorted {
-            let path = try dconfPath(of: key)
-            if let value {
-                let variant = value.newVariant()
-                dconf_changeset_set(changeset, path, variant)
-                g_variant_unref(variant)
-            } else {
-                dconf_changeset_set(changeset, path, nil)
-            }
-        }
+        for write in writes { dconf_changeset_set(changeset, write.schemaKey.dconfPath, write.variant) }
         let failure: String?
         let client = client()  // and the writer, from the same reading of the profile
         if let writer {
@@ -158,8 +175,7 @@ public final class GSettingsBackend: SettingsBackend {
             }
         }
         if let failure {
-            let changes = sorted.map { "\($0.key) \($0.value.map { "\($0)" } ?? "reset")" }.joined(separator: ", ")
-            throw SettingsBackendError(.writeFailed, "\(changes) could not be written: \(failure)")
+            throw SettingsBackendError(.writeFailed, "\(change.summary) could not be written: \(failure)")
         }
     }
 
@@ -199,30 +215,20 @@ public final class GSettingsBackend: SettingsBackend {
     /// on first use, not to cost memory before then.
     public var onNote: ((String) -> Void)?
 
-    /// The key's dconf path: its schema's path and its name.
-    private func dconfPath(of key: SettingKey) throws(SettingsBackendError) -> String {
-        guard let schema = schemaCheck.schema(key.schema), let path = g_settings_schema_get_path(schema) else {
-            throw SettingsBackendError(.unsupported, "\(key.schema): no such schema")
-        }
-        return String(cString: path) + key.key
-    }
-
     // MARK: The gsettings store
 
-    private func applyPerSchema(_ sorted: [(key: SettingKey, value: SettingValue?)]) throws(SettingsBackendError) {
+    private func applyPerSchema(_ writes: [Write]) throws(SettingsBackendError) {
         var touched: [UnsafeMutablePointer<GSettings>] = []
-        for (key, value) in sorted {
-            let object = try object(for: key.schema)
+        for write in writes {
+            let object = object(for: write.schemaKey)
             if touched.last != object { touched.append(object) }
-            if let value {
-                let variant = value.newVariant()
-                defer { g_variant_unref(variant) }
-                guard g_settings_set_value(object, key.key, variant) != 0 else {
+            if let value = write.value, let variant = write.variant {
+                guard g_settings_set_value(object, write.schemaKey.setting.key, variant) != 0 else {
                     for object in touched { g_settings_revert(object) }
-                    throw SettingsBackendError(.writeFailed, "\(key) \(value) could not be written")
+                    throw SettingsBackendError(.writeFailed, "\(write.schemaKey.setting) \(value) could not be written")
                 }
             } else {
-                g_settings_reset(object, key.key)
+                g_settings_reset(object, write.schemaKey.setting.key)
             }
         }
         for object in touched { g_settings_apply(object) }
@@ -231,34 +237,30 @@ public final class GSettingsBackend: SettingsBackend {
         g_settings_sync()
     }
 
-    /// The GSettings object of a schema `check` has found. Runs inside `withContext`.
-    private func object(for schemaID: String) throws(SettingsBackendError) -> UnsafeMutablePointer<GSettings> {
-        if let object = settings[schemaID] { return object }
-        guard let schema = schemaCheck.schema(schemaID) else {
-            throw SettingsBackendError(.unsupported, "\(schemaID): no such schema")
-        }
-        let object = g_settings_new_full(schema, nil, nil)!
+    /// The GSettings object of the key's schema, made on first use. Runs
+    /// inside `withContext`.
+    private func object(for schemaKey: SchemaKey) -> UnsafeMutablePointer<GSettings> {
+        if let object = settings[schemaKey.setting.schema] { return object }
+        let object = g_settings_new_full(schemaKey.schema, nil, nil)!
         // Delay mode for good: a batch for this schema goes out in one apply.
         g_settings_delay(object)
-        settings[schemaID] = object
+        settings[schemaKey.setting.schema] = object
         return object
     }
 
     // MARK: Both stores
 
-    /// The user's own value of a checked key (a new reference), nil when unset.
+    /// The user's own value of the key (a new reference), nil when unset.
     /// A value of another type than the schema's counts as unset, as GSettings has it.
-    private func readUserValue(_ key: SettingKey) throws(SettingsBackendError) -> OpaquePointer? {
+    private func readUserValue(_ schemaKey: SchemaKey) -> OpaquePointer? {
         switch store {
         case .gsettings:
-            return g_settings_get_user_value(try object(for: key.schema), key.key)
+            return g_settings_get_user_value(object(for: schemaKey), schemaKey.setting.key)
         case .dconf:
-            guard let variant = dconf_client_read_full(client(), try dconfPath(of: key), DCONF_READ_USER_VALUE, nil) else {
+            guard let variant = dconf_client_read_full(client(), schemaKey.dconfPath, DCONF_READ_USER_VALUE, nil) else {
                 return nil
             }
-            let schemaKey = try schemaCheck.checked(key, for: nil)
-            defer { g_settings_schema_key_unref(schemaKey) }
-            guard g_variant_is_of_type(variant, g_settings_schema_key_get_value_type(schemaKey)) != 0 else {
+            guard g_variant_is_of_type(variant, schemaKey.valueType) != 0 else {
                 g_variant_unref(variant)
                 return nil
             }
@@ -266,17 +268,26 @@ public final class GSettingsBackend: SettingsBackend {
         }
     }
 
-    private func isWritable(_ key: SettingKey) throws(SettingsBackendError) -> Bool {
+    private func isWritable(_ schemaKey: SchemaKey) -> Bool {
         switch store {
-        case .gsettings: return g_settings_is_writable(try object(for: key.schema), key.key) != 0
-        case .dconf: return dconf_client_is_writable(client(), try dconfPath(of: key)) != 0
+        case .gsettings: return g_settings_is_writable(object(for: schemaKey), schemaKey.setting.key) != 0
+        case .dconf: return dconf_client_is_writable(client(), schemaKey.dconfPath) != 0
         }
     }
 
-    private func readBack(_ key: SettingKey) throws(SettingsBackendError) -> SettingValue? {
-        guard let variant = try readUserValue(key) else { return nil }
-        defer { g_variant_unref(variant) }
-        return SettingValue(variant)
+    /// Throws `.writeFailed` unless the store now holds what `write` wrote.
+    private func confirm(_ write: Write) throws(SettingsBackendError) {
+        let now = readUserValue(write.schemaKey)
+        defer { if let now { g_variant_unref(now) } }
+        switch (write.variant, now) {
+        case (nil, nil): return
+        case (let written?, let now?) where g_variant_equal(UnsafeRawPointer(written), UnsafeRawPointer(now)) != 0: return
+        default:
+            let found = now.flatMap(SettingValue.init).map { "\($0)" } ?? "unset"
+            throw SettingsBackendError(
+                .writeFailed,
+                "\(write.schemaKey.setting) \(write.value.map { "\($0)" } ?? "reset") did not take effect (it is \(found))")
+        }
     }
 
     /// Runs `body` with the private context as the thread's default, so

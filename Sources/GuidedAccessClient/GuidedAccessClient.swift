@@ -1,4 +1,7 @@
 import DBus
+// The API's vocabulary (`Feature`, `Restriction`, `GuidedAccessError`, …) and
+// its D-Bus form come with `import GuidedAccessClient`.
+@_exported import GuidedAccessWire
 
 /// A connection to the `org.guidedaccess.GuidedAccess1` service, for kiosk
 /// apps and tools. Every method is one D-Bus call; errors are
@@ -7,10 +10,6 @@ import DBus
 ///     let guidedAccess = try await GuidedAccessClient.connect()
 ///     try await guidedAccess.requestSession(enabled: [.screenReader])
 public final class GuidedAccessClient: Sendable {
-    public static let busName = "org.guidedaccess.GuidedAccess1"
-    public static let path: ObjectPath = "/org/guidedaccess/GuidedAccess1"
-    public static let interfaceName = "org.guidedaccess.GuidedAccess1"
-
     public let connection: Connection
     /// Calls carry ALLOW_INTERACTIVE_AUTHORIZATION (polkit may ask a password).
     public let allowInteractiveAuthorization: Bool
@@ -40,21 +39,31 @@ public final class GuidedAccessClient: Sendable {
 
     // MARK: Calls
 
+    static let propertiesInterface = "org.freedesktop.DBus.Properties"
+
     @discardableResult
-    func call(_ member: String, _ arguments: [DBusValue] = [], interface: String = interfaceName)
-        async throws(GuidedAccessError) -> [DBusValue]
+    func call(_ method: GuidedAccessMethod, _ arguments: [DBusValue] = []) async throws(GuidedAccessError) -> [DBusValue] {
+        try await call(method.rawValue, arguments, interface: GuidedAccessBus.interface)
+    }
+
+    func call(_ member: String, _ arguments: [DBusValue], interface: String) async throws(GuidedAccessError)
+        -> [DBusValue]
     {
         do {
             return try await connection.call(
-                destination: Self.busName, path: Self.path, interface: interface, member: member, arguments,
-                allowInteractiveAuthorization: allowInteractiveAuthorization)
+                destination: GuidedAccessBus.name, path: GuidedAccessBus.objectPath, interface: interface,
+                member: member, arguments, allowInteractiveAuthorization: allowInteractiveAuthorization)
         } catch {
             throw GuidedAccessError(error)
         }
     }
 
+    /// A reply value as `T`; a reply of another shape is the service's fault,
+    /// not the caller's, so it is `.other` rather than `.invalidArgs`.
     func decode<T: DBusRepresentable>(_ value: DBusValue?, _: T.Type = T.self) throws(GuidedAccessError) -> T {
-        guard let value else { throw .other(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "missing reply value") }
+        guard let value else {
+            throw .other(name: DBusError.invalidArgs("").name, message: "unexpected reply: no value")
+        }
         do {
             return try value.decode(T.self)
         } catch {
@@ -62,21 +71,14 @@ public final class GuidedAccessClient: Sendable {
         }
     }
 
-    func state(_ text: String) throws(GuidedAccessError) -> RestrictionState {
-        guard let state = RestrictionState(rawValue: text) else {
-            throw .other(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unknown restriction state '\(text)'")
-        }
-        return state
-    }
-
     // MARK: Sessions
 
     /// Starts a session owned by this connection, with `enabled` turned on
     /// (all or nothing).
-    public func requestSession(enabled: Set<GuidedAccessFeature> = [], options: SessionOptions = .init())
+    public func requestSession(enabled: Set<Feature> = [], options: SessionOptions = .init())
         async throws(GuidedAccessError)
     {
-        try await requestSession(featureNames: enabled.map(\.rawValue), options: options)
+        try await requestSession(featureNames: enabled.sortedWireNames, options: options)
     }
 
     /// Like `requestSession(enabled:options:)` with features by wire name, for
@@ -85,110 +87,98 @@ public final class GuidedAccessClient: Sendable {
         async throws(GuidedAccessError)
     {
         var dictionary = try options.dictionary()
-        if !featureNames.isEmpty { dictionary["features"] = Variant(featureNames.sorted()) }
-        try await call("StartSession", [dictionary.dbusValue])
+        if !featureNames.isEmpty { dictionary[.features] = Variant(featureNames.sorted()) }
+        let wire = Dictionary(uniqueKeysWithValues: dictionary.map { ($0.key.rawValue, $0.value) })
+        try await call(.startSession, [wire.dbusValue])
     }
 
     /// Turns features on or off in the session (like Apple's
     /// `configureForGuidedAccess(features:enabled:)`).
-    public func configure(features: Set<GuidedAccessFeature>, enabled: Bool) async throws(GuidedAccessError) {
-        try await configure(featureNames: features.map(\.rawValue), enabled: enabled)
+    public func configure(features: Set<Feature>, enabled: Bool) async throws(GuidedAccessError) {
+        try await configure(featureNames: features.sortedWireNames, enabled: enabled)
     }
 
+    /// Like `configure(features:enabled:)` with features by wire name.
     public func configure(featureNames: [String], enabled: Bool) async throws(GuidedAccessError) {
-        try await call("ConfigureForSession", [featureNames.dbusValue, .bool(enabled)])
+        try await call(.configureForSession, [featureNames.dbusValue, .bool(enabled)])
     }
 
     public func endSession() async throws(GuidedAccessError) {
-        try await call("EndSession")
+        try await call(.endSession)
     }
 
     // MARK: Properties
 
-    func property(_ name: String) async throws(GuidedAccessError) -> DBusValue {
+    func property(_ property: GuidedAccessProperty) async throws(GuidedAccessError) -> DBusValue {
         let reply = try await call(
-            "Get", [.string(Self.interfaceName), .string(name)], interface: "org.freedesktop.DBus.Properties")
+            "Get", [.string(GuidedAccessBus.interface), .string(property.rawValue)], interface: Self.propertiesInterface)
         return try decode(reply.first, Variant.self).value
     }
 
     public var isSessionActive: Bool {
-        get async throws(GuidedAccessError) { try decode(try await property("SessionActive")) }
+        get async throws(GuidedAccessError) { try decode(try await property(.sessionActive)) }
     }
 
-    /// The features on in this session (names this library does not know are left out).
-    public var enabledFeatures: Set<GuidedAccessFeature> {
-        get async throws(GuidedAccessError) {
-            let names: [String] = try decode(try await property("EnabledFeatures"))
-            return Set(names.compactMap(GuidedAccessFeature.init(rawValue:)))
-        }
+    /// The features on in this session (names this library does not know are
+    /// left out; `status()` keeps them).
+    public var enabledFeatures: Set<Feature> {
+        get async throws(GuidedAccessError) { try await features(.enabledFeatures) }
     }
 
-    public var supportedFeatures: Set<GuidedAccessFeature> {
-        get async throws(GuidedAccessError) {
-            let names: [String] = try decode(try await property("SupportedFeatures"))
-            return Set(names.compactMap(GuidedAccessFeature.init(rawValue:)))
-        }
+    /// The features this service can make real on this kiosk (names this
+    /// library does not know are left out; `status()` keeps them).
+    public var supportedFeatures: Set<Feature> {
+        get async throws(GuidedAccessError) { try await features(.supportedFeatures) }
     }
 
-    /// All properties at once (GetAll).
+    func features(_ name: GuidedAccessProperty) async throws(GuidedAccessError) -> Set<Feature> {
+        let names: [String] = try decode(try await property(name))
+        return Set(names.compactMap(Feature.init(rawValue:)))
+    }
+
+    /// All properties at once (GetAll). A property the service does not have
+    /// (an older version) is its zero value.
     public func status() async throws(GuidedAccessError) -> GuidedAccessStatus {
-        let reply = try await call(
-            "GetAll", [.string(Self.interfaceName)], interface: "org.freedesktop.DBus.Properties")
+        let reply = try await call("GetAll", [.string(GuidedAccessBus.interface)], interface: Self.propertiesInterface)
         let all: [String: Variant] = try decode(reply.first)
-        func value<T: DBusRepresentable>(_ name: String, _ fallback: T) throws(GuidedAccessError) -> T {
-            guard let v = all[name] else { return fallback }
+        func value<T: DBusRepresentable>(_ property: GuidedAccessProperty, _ fallback: T) throws(GuidedAccessError) -> T {
+            guard let v = all[property.rawValue] else { return fallback }
             return try decode(v.value)
         }
         return GuidedAccessStatus(
-            sessionActive: try value("SessionActive", false),
-            sessionOwner: try value("SessionOwner", ""),
-            sessionDeadline: try value("SessionDeadline", UInt64(0)),
-            enabledFeatures: try value("EnabledFeatures", [String]()),
-            supportedFeatures: try value("SupportedFeatures", [String]()),
-            backend: try value("Backend", ""),
-            version: try value("Version", ""))
+            sessionActive: try value(.sessionActive, false),
+            sessionOwner: try value(.sessionOwner, ""),
+            sessionDeadline: try value(.sessionDeadline, UInt64(0)),
+            enabledFeatures: try value(.enabledFeatures, [String]()),
+            supportedFeatures: try value(.supportedFeatures, [String]()),
+            backend: try value(.backend, ""),
+            desktop: try value(.desktop, ""),
+            version: try value(.version, ""))
     }
 
     // MARK: Restrictions
 
     public func restrictionState(for identifier: String) async throws(GuidedAccessError) -> RestrictionState {
-        let reply = try await call("GetRestrictionState", [.string(identifier)])
-        return try state(try decode(reply.first, String.self))
+        try decode(try await call(.getRestrictionState, [.string(identifier)]).first)
     }
 
     /// Every registered restriction, sorted by identifier.
     public func restrictions() async throws(GuidedAccessError) -> [Restriction] {
-        let reply = try await call("ListRestrictions")
-        guard case .array(_, let items)? = reply.first else {
-            throw .other(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unexpected reply to ListRestrictions")
-        }
-        var result: [Restriction] = []
-        for item in items {
-            guard case .structure(let m) = item, m.count == 4, case .string(let id) = m[0],
-                case .string(let text) = m[1], case .string(let detail) = m[2], case .string(let s) = m[3]
-            else {
-                throw .other(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unexpected restriction \(item)")
-            }
-            result.append(Restriction(identifier: id, text: text, detailText: detail, state: try state(s)))
-        }
-        return result
+        try decode(try await call(.listRestrictions).first)
     }
 
     /// Operators only, inside a session only.
     public func setRestrictionState(_ state: RestrictionState, for identifier: String) async throws(GuidedAccessError) {
-        try await call("SetRestrictionState", [.string(identifier), .string(state.rawValue)])
+        try await call(.setRestrictionState, [.string(identifier), state.dbusValue])
     }
 
     /// Registers (or updates the texts of) restrictions; all or none.
-    public func registerRestrictions(_ restrictions: [Restriction]) async throws(GuidedAccessError) {
-        let items = restrictions.map {
-            DBusValue.structure([.string($0.identifier), .string($0.text), .string($0.detailText)])
-        }
-        try await call("RegisterRestrictions", [.array(.structure([.string, .string, .string]), items)])
+    public func registerRestrictions(_ restrictions: [RestrictionRegistration]) async throws(GuidedAccessError) {
+        try await call(.registerRestrictions, [restrictions.dbusValue])
     }
 
     public func unregisterRestrictions(_ identifiers: [String]) async throws(GuidedAccessError) {
-        try await call("UnregisterRestrictions", [identifiers.dbusValue])
+        try await call(.unregisterRestrictions, [identifiers.dbusValue])
     }
 
     // MARK: Signals
@@ -200,7 +190,8 @@ public final class GuidedAccessClient: Sendable {
         let messages: AsyncStream<Message>
         do {
             messages = try await connection.signals(
-                matching: MatchRule(sender: Self.busName, path: Self.path, interface: Self.interfaceName))
+                matching: MatchRule(
+                    sender: GuidedAccessBus.name, path: GuidedAccessBus.objectPath, interface: GuidedAccessBus.interface))
         } catch {
             throw GuidedAccessError(error)
         }
@@ -215,13 +206,17 @@ public final class GuidedAccessClient: Sendable {
         return stream
     }
 
+    /// The event a signal stands for; nil for a signal of another shape (a
+    /// newer service's) or a restriction state this library does not know.
     static func event(from message: Message) -> GuidedAccessEvent? {
-        guard let args = try? message.arguments() else { return nil }
-        switch (message.member, args.count >= 2 ? args[0] : nil, args.count >= 2 ? args[1] : nil) {
-        case ("SessionChanged", .bool(let active)?, .string(let reason)?):
+        guard let member = message.member.flatMap(GuidedAccessSignal.init(rawValue:)),
+            let args = try? message.arguments(), args.count >= 2
+        else { return nil }
+        switch (member, args[0], args[1]) {
+        case (.sessionChanged, .bool(let active), .string(let reason)):
             return .session(active: active, reason: reason)
-        case ("RestrictionChanged", .string(let id)?, .string(let s)?):
-            guard let state = RestrictionState(rawValue: s) else { return nil }
+        case (.restrictionChanged, .string(let id), let state):
+            guard let state = try? RestrictionState(dbusValue: state) else { return nil }
             return .restriction(identifier: id, state: state)
         default:
             return nil
@@ -232,14 +227,12 @@ public final class GuidedAccessClient: Sendable {
     /// it until the returned task is cancelled or the connection closes.
     @discardableResult
     public func register(provider: any GuidedAccessRestrictionProvider) async throws(GuidedAccessError) -> Task<Void, Never> {
-        let identifiers = provider.identifiers
+        let registrations = provider.registrations
         // Subscribed first, so that no change after registering is missed.
         let events = try await changes()
         // On failure, dropping `events` ends the subscription.
-        try await registerRestrictions(identifiers.map {
-            Restriction(identifier: $0, text: provider.text(for: $0), detailText: provider.detailText(for: $0) ?? "")
-        })
-        let mine = Set(identifiers)
+        try await registerRestrictions(registrations)
+        let mine = Set(registrations.map(\.identifier))
         return Task {
             for await event in events {
                 if case .restriction(let id, let state) = event, mine.contains(id) {

@@ -1,32 +1,12 @@
 import DBus
 
-/// An accessibility feature, by its name on the wire.
-public enum GuidedAccessFeature: String, CaseIterable, Sendable, Hashable, Comparable {
-    case screenReader = "screen-reader"
-    case zoom
-    case invertColors = "invert-colors"
-    case grayscale
-    case highContrast = "high-contrast"
-    case largeText = "large-text"
-    case onScreenKeyboard = "on-screen-keyboard"
-    case reduceMotion = "reduce-motion"
-
-    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
-}
-
-/// The state of a custom restriction.
-public enum RestrictionState: String, Sendable, Hashable, CaseIterable {
-    case allow
-    case deny
-}
-
 /// Options of StartSession; nil means the service's configured default.
 public struct SessionOptions: Sendable, Hashable {
     /// Until the session ends by itself; `.zero` = no limit. Whole seconds.
     public var timeLimit: Duration?
-    /// Magnification while `zoom` is on, 1.0 to 32.0.
+    /// Magnification while `zoom` is on, within `SessionLimits.zoomFactor`.
     public var zoomFactor: Double?
-    /// Text scaling while `large-text` is on, 1.0 to 3.0.
+    /// Text scaling while `large-text` is on, within `SessionLimits.textScale`.
     public var textScale: Double?
     /// Hold a logind `sleep:idle` inhibitor while the session lasts.
     public var inhibitSleep: Bool?
@@ -38,37 +18,22 @@ public struct SessionOptions: Sendable, Hashable {
         self.inhibitSleep = inhibitSleep
     }
 
-    /// The `a{sv}` of StartSession, without `features`.
-    func dictionary() throws(GuidedAccessError) -> [String: Variant] {
-        var options: [String: Variant] = [:]
+    /// The options that are set, without `features`. The ranges are the
+    /// service's to judge, so that its message is the one a caller sees.
+    func dictionary() throws(GuidedAccessError) -> [SessionOptionKey: Variant] {
+        var options: [SessionOptionKey: Variant] = [:]
         if let timeLimit {
             let (seconds, attoseconds) = timeLimit.components
             guard seconds >= 0, attoseconds >= 0 else {
-                throw .invalidArguments("time limit \(timeLimit) is negative")
+                throw .invalidArgs("time limit \(timeLimit) is negative")
             }
             // Round up: a limit of 1.5 s is not a limit of 1 s.
-            options["time-limit"] = Variant(UInt64(seconds) + (attoseconds > 0 ? 1 : 0))
+            options[.timeLimit] = Variant(UInt64(seconds) + (attoseconds > 0 ? 1 : 0))
         }
-        if let zoomFactor { options["zoom-factor"] = Variant(zoomFactor) }
-        if let textScale { options["text-scale"] = Variant(textScale) }
-        if let inhibitSleep { options["inhibit-sleep"] = Variant(inhibitSleep) }
+        if let zoomFactor { options[.zoomFactor] = Variant(zoomFactor) }
+        if let textScale { options[.textScale] = Variant(textScale) }
+        if let inhibitSleep { options[.inhibitSleep] = Variant(inhibitSleep) }
         return options
-    }
-}
-
-/// A registered restriction as ListRestrictions returns it.
-public struct Restriction: Sendable, Hashable {
-    public var identifier: String
-    public var text: String
-    /// Empty when there is none.
-    public var detailText: String
-    public var state: RestrictionState
-
-    public init(identifier: String, text: String, detailText: String = "", state: RestrictionState = .allow) {
-        self.identifier = identifier
-        self.text = text
-        self.detailText = detailText
-        self.state = state
     }
 }
 
@@ -83,25 +48,38 @@ public struct GuidedAccessStatus: Sendable, Hashable {
     public var enabledFeatures: [String]
     public var supportedFeatures: [String]
     public var backend: String
+    /// The graphical session the features act on, e.g. `gnome-shell` or
+    /// `cage+browser`; empty from a service older than 1.1, which does not
+    /// say.
+    public var desktop: String
     public var version: String
 }
 
 /// A signal of the service, in the order the service sent it.
 public enum GuidedAccessEvent: Sendable, Hashable {
-    /// `SessionChanged`; reason is `started`, `resumed`, `ended`,
-    /// `time-limit` or `ended-by-operator`.
+    /// `SessionChanged`. The reason is the wire text, so that a reason a newer
+    /// service sends reaches the app (and `guidedaccessctl monitor`) as sent;
+    /// `sessionChangeReason` gives the known ones as `SessionChangeReason`.
     case session(active: Bool, reason: String)
     /// `RestrictionChanged`.
     case restriction(identifier: String, state: RestrictionState)
+
+    /// The reason of a `.session` event when this library knows it; nil for
+    /// a reason it does not know and for `.restriction`.
+    public var sessionChangeReason: SessionChangeReason? {
+        guard case .session(_, let reason) = self else { return nil }
+        return SessionChangeReason(rawValue: reason)
+    }
 }
 
 /// Supplies custom restrictions, like `UIGuidedAccessRestrictionDelegate`.
 public protocol GuidedAccessRestrictionProvider: Sendable {
     /// The identifiers of the restrictions, reverse-DNS by convention.
     var identifiers: [String] { get }
-    /// The short text the operator sees (1 to 200 bytes).
+    /// The short text the operator sees (1 to `RestrictionRegistration.maxTextBytes` bytes).
     func text(for identifier: String) -> String
-    /// Longer text, or nil for none.
+    /// Longer text, or nil for none: a registration's `detail`. Named as
+    /// `UIGuidedAccessRestrictionDelegate` names it.
     func detailText(for identifier: String) -> String?
     /// Called when the operator changes one of this provider's restrictions
     /// (and when a session ends and a denied one returns to allow).
@@ -110,4 +88,11 @@ public protocol GuidedAccessRestrictionProvider: Sendable {
 
 extension GuidedAccessRestrictionProvider {
     public func detailText(for identifier: String) -> String? { nil }
+
+    /// What RegisterRestrictions takes for this provider's restrictions.
+    public var registrations: [RestrictionRegistration] {
+        identifiers.map {
+            RestrictionRegistration(identifier: $0, text: text(for: $0), detail: detailText(for: $0) ?? "")
+        }
+    }
 }

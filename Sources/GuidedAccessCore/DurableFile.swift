@@ -115,17 +115,13 @@ extension DurableFile {
     /// between its rename and its fsync of the directory) and after any
     /// failure. Where the file system cannot link (EPERM, EOPNOTSUPP), this
     /// falls back to `replace`.
-    ///
-    /// `staleFiles`, leftovers of an earlier scheme, are removed with that
-    /// first fsync of the directory, not on every write.
     public static func replaceRecycling(
-        _ path: String, with bytes: [UInt8], mode: mode_t, directory: String, staleFiles: [String] = []
+        _ path: String, with bytes: [UInt8], mode: mode_t, directory: String
     ) throws(FileError) {
         let name = path.split(separator: "/").last.map(String.init) ?? path
         let slots = ["a", "b"].map { directory + "/." + name + ".slot-" + $0 }
         let fresh = directory + "/." + name + ".new"
         if !syncedDirectories.withLock({ $0.contains(directory) }) {
-            for stale in staleFiles { unlink(stale) }
             try syncDirectory(directory)
             syncedDirectories.withLock { _ = $0.insert(directory) }
         }

@@ -70,7 +70,16 @@ public final class MemorySettingsBackend: SettingsBackend {
         return type.accepts(value) ? .available : .wrongType(expected: type.name)
     }
 
-    public func validate(_ value: SettingValue, for key: SettingKey) throws(SettingsBackendError) {
+    public func check(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) -> CheckedChange {
+        for (key, value) in changes.sorted(by: { $0.key < $1.key }) {
+            if let value { try validate(value, for: key) } else if knownKeys[key] == nil {
+                throw SettingsBackendError(.unsupported, "no key \(key) on this system")
+            }
+        }
+        return CheckedChange(changes)
+    }
+
+    private func validate(_ value: SettingValue, for key: SettingKey) throws(SettingsBackendError) {
         guard let type = knownKeys[key] else { throw SettingsBackendError(.unsupported, "no key \(key) on this system") }
         switch (type, value) {
         case (.bool, .bool): return
@@ -92,18 +101,12 @@ public final class MemorySettingsBackend: SettingsBackend {
         return values[key]
     }
 
-    public func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) {
+    public func apply(_ change: CheckedChange) throws(SettingsBackendError) {
         if let failure = nextApplyFailure {
             nextApplyFailure = nil
             throw failure
         }
-        // Validate everything first: all changes or none.
-        for (key, value) in changes.sorted(by: { $0.key < $1.key }) {
-            if let value { try validate(value, for: key) } else if knownKeys[key] == nil {
-                throw SettingsBackendError(.unsupported, "no key \(key) on this system")
-            }
-        }
-        for (key, value) in changes { values[key] = value }
+        for entry in change.entries { values[entry.key] = entry.value }
         appliedCount += 1
     }
 }

@@ -114,10 +114,10 @@ public struct ServiceConfiguration: Hashable, Sendable {
         case ("Operators", "AllowUsers"): operators!.allowUsers = try entry.list()
         case ("Operators", "AllowGroups"): operators!.allowGroups = try entry.list()
         case ("Session", "TimeLimitSec"):
-            session.timeLimitSec = try entry.unsigned(max: SessionOptions.maxTimeLimitSec)
+            session.timeLimitSec = try entry.unsigned(max: SessionLimits.maxTimeLimitSec)
         case ("Session", "InhibitSleep"): session.inhibitSleep = try entry.bool()
-        case ("Session", "ZoomFactor"): session.zoomFactor = try entry.double(in: SessionOptions.zoomFactorRange)
-        case ("Session", "TextScale"): session.textScale = try entry.double(in: SessionOptions.textScaleRange)
+        case ("Session", "ZoomFactor"): session.zoomFactor = try entry.double(in: SessionLimits.zoomFactor)
+        case ("Session", "TextScale"): session.textScale = try entry.double(in: SessionLimits.textScale)
         case ("Dconf", "DatabaseDir"):
             guard entry.trimmed.hasPrefix("/") else { throw entry.error("expected an absolute path") }
             dconf.databaseDir = entry.trimmed

@@ -87,7 +87,7 @@ public struct Session: Hashable, Sendable {
 
     /// A session about to start. Its features are already the requested
     /// ones: the handler writes `keyMap.change(from: [], to: features)`.
-    public init(owner: BusCaller, options: SessionOptions, nowUsec: UInt64) {
+    public init(owner: BusCaller, options: SessionParameters, nowUsec: UInt64) {
         self.init(
             owner: owner.uniqueName, ownerIdentity: owner.identity.ownerIdentity, features: options.features,
             zoomFactor: options.zoomFactor, textScale: options.textScale, inhibitSleep: options.inhibitSleep,

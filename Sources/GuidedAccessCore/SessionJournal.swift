@@ -39,17 +39,13 @@ public enum JournalError: Error, Hashable, Sendable, CustomStringConvertible {
 /// The crash-safety record of the service, one JSON file in the state
 /// directory, replaced atomically on every change.
 ///
-/// Order of use: the service changes its `JournalState` (a session's snapshot
-/// first), calls `record(_:)`, and only then writes settings. After a crash
-/// the journal therefore knows every key that may have been written and what
-/// to put back — at worst a key is restored that was never changed.
+/// `SessionStore` records it before every settings write.
 public struct SessionJournal: Sendable {
     public static let version = 1
     public static let fileName = "journal.json"
 
     public let directory: String
     public var path: String { directory + "/" + Self.fileName }
-    private var legacyTemporaryPath: String { directory + "/" + Self.fileName + ".tmp" }
 
     public init(directory: String) {
         self.directory = directory
@@ -94,9 +90,7 @@ public struct SessionJournal: Sendable {
         }
         do {
             // 0600: the journal holds the owner's identity and the user's settings.
-            // Earlier versions wrote `journal.json.tmp`; one a crash left is stale.
-            try DurableFile.replaceRecycling(
-                path, with: data, mode: 0o600, directory: directory, staleFiles: [legacyTemporaryPath])
+            try DurableFile.replaceRecycling(path, with: data, mode: 0o600, directory: directory)
         } catch {
             throw .io(error)
         }
@@ -242,36 +236,6 @@ struct JournalRecord {
 extension JournalRecord.SnapshotEntry {
     init(schema: String, key: String, unset: Bool) {
         self.init(schema: schema, key: key, unset: unset, bool: nil, double: nil, string: nil)
-    }
-}
-
-extension SessionJournal {
-    /// Writes settings the only safe way round: first the journal learns
-    /// `state` — whose session snapshot must already hold every key in
-    /// `changes` — then the backend writes. If the backend fails, nothing was
-    /// changed (backends apply all or nothing), so the journal goes back to
-    /// `previous`, best effort: a leftover snapshot entry would only make the
-    /// session's end restore a key it never wrote.
-    public func applyJournaled(
-        _ changes: [SettingKey: SettingValue?], to backend: some SettingsBackend,
-        state: JournalState, previous: JournalState
-    ) throws(GuidedAccessError) {
-        if let session = state.session {
-            precondition(
-                changes.keys.allSatisfy { session.snapshot[$0] != nil },
-                "a key is written before its value before the session is recorded")
-        }
-        do {
-            try record(state)
-        } catch {
-            throw .backendFailed("cannot record the session before changing settings: \(error)")
-        }
-        do {
-            try backend.apply(changes)
-        } catch {
-            try? record(previous)
-            throw .backendFailed("\(backend.name) backend: \(error.message)")
-        }
     }
 }
 

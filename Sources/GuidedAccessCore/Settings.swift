@@ -102,17 +102,21 @@ public protocol SettingsBackend: AnyObject {
     /// Whether the key exists on this system with the expected value type.
     func availability(of key: SettingKey, for value: SettingValue) -> SettingAvailability
 
-    /// Checks a value against the key's schema (type, range, enum choices)
-    /// without writing it. Throws `.unsupported` or `.outOfRange`.
-    func validate(_ value: SettingValue, for key: SettingKey) throws(SettingsBackendError)
+    /// Checks every change against its key's schema (the key exists with
+    /// the value's type, the value is in its range or choices) without
+    /// writing anything. Throws `.unsupported` or `.outOfRange` naming the
+    /// key and the value. What it returns is what `apply` writes.
+    func check(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) -> CheckedChange
 
     /// The value the user (or the session) set, or nil when the key is unset
     /// and its default applies — `g_settings_get_user_value`.
     func userValue(of key: SettingKey) throws(SettingsBackendError) -> SettingValue?
 
-    /// Applies all changes together: a value to set, or nil to reset the key
-    /// to unset. Returns when the change is durable (synced).
-    func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError)
+    /// Applies a change this backend checked, all of it together: a value to
+    /// set, or nil to reset the key to unset. Returns when the change is
+    /// durable (synced). Throws `.writeFailed` (nothing changed) when the
+    /// store refuses it (a locked key, a failed write).
+    func apply(_ change: CheckedChange) throws(SettingsBackendError)
 
     /// Called at start-up when the journal holds no session (none, or a
     /// corrupt journal kept aside): whatever the backend still applies for a
@@ -125,5 +129,36 @@ public protocol SettingsBackend: AnyObject {
 extension SettingsBackend {
     public var realisesEveryFeature: Bool { false }
 
+    /// Checks, then applies.
+    public func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) {
+        try apply(try check(changes))
+    }
+
     public func startedWithoutSession() throws(SettingsBackendError) -> [SettingKey] { [] }
+}
+
+/// Settings changes a backend has checked (`SettingsBackend.check`), carried
+/// as they are to its `apply`: what was validated is what is written. Only
+/// the package's backends make one.
+public struct CheckedChange: Hashable, Sendable {
+    public struct Entry: Hashable, Sendable {
+        public let key: SettingKey
+        /// nil resets the key.
+        public let value: SettingValue?
+    }
+
+    /// Sorted by key.
+    public let entries: [Entry]
+
+    package init(_ changes: [SettingKey: SettingValue?]) {
+        entries = changes.sorted { $0.key < $1.key }.map { Entry(key: $0.key, value: $0.value) }
+    }
+
+    public var isEmpty: Bool { entries.isEmpty }
+    public var keys: [SettingKey] { entries.map(\.key) }
+
+    /// `schema key value, …` (`reset` for a key going back to unset), for messages.
+    public var summary: String {
+        entries.map { "\($0.key) \($0.value.map { "\($0)" } ?? "reset")" }.joined(separator: ", ")
+    }
 }

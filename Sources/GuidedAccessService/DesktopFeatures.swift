@@ -83,20 +83,22 @@ extension GuidedAccessService {
     /// the displays moved (a compositor restarted) — running ones start
     /// again in the new ones.
     func reconcilePrograms(displayMoved: Bool) async {
-        guard var current = session else { return }
+        guard let current = session else { return }
+        let generation = store.generation
+        var stopping: Set<Feature> = []
         var starting: Set<Feature> = []
-        for (feature, program) in programs where current.features.contains(feature) {
+        for feature in programs.keys where current.features.contains(feature) {
             let needed = programFeatures.contains(feature)
-            if current.programs[feature] != nil, !needed || displayMoved {
-                program.stop()
-                current.programs[feature] = nil
-            }
-            if needed, current.programs[feature] == nil { starting.insert(feature) }
+            let running = current.programs[feature] != nil
+            if running, !needed || displayMoved { stopping.insert(feature) }
+            if needed, !running || displayMoved { starting.insert(feature) }
         }
-        session = current
+        stopPrograms(of: stopping)
+        if let problem = store.note({ for feature in stopping { $0.programs[feature] = nil } }) {
+            logger.error("\(problem)")
+        }
         do {
-            try record(current)
-            try await startPrograms(starting, for: sessionGeneration)
+            try await startPrograms(starting, for: generation)
         } catch {
             logger.error("programs for the changed desktop: \(error)")
         }
@@ -248,45 +250,31 @@ extension GuidedAccessService {
             do throws(ProgramError) {
                 record = try await program.start(try executable(program.kind), environment: programEnvironment)
             } catch {
-                guard isCurrent(generation) else { return }
+                guard store.isCurrent(generation) else { return }
                 guard session?.features.contains(feature) == true else { continue }  // turned off meanwhile
                 throw .backendFailed("\(feature): \(error.message); nothing was changed")
             }
-            guard isCurrent(generation), var current = session else { return }
-            guard current.features.contains(feature) else { continue }
-            current.programs[feature] = record
-            session = current
-            do {
-                try self.record(current)
-            } catch {
-                logger.error("cannot journal the \(feature) program (\(record)): \(error)")
+            guard store.isCurrent(generation) else { return }
+            guard session?.features.contains(feature) == true else { continue }
+            if let problem = store.note({ $0.programs[feature] = record }) {
+                logger.error("cannot journal the \(feature) program (\(record)): \(problem)")
             }
         }
     }
 
-    /// Stops the programs of the features a call turned off.
-    func stopProgramsTurnedOff(from before: Set<Feature>, in new: inout Session) {
-        for feature in before.subtracting(new.features) {
-            programs[feature]?.stop()
-            new.programs[feature] = nil
-        }
-    }
-
-    /// Stops every program (the session ended).
-    func stopPrograms() {
-        for program in programs.values { program.stop() }
+    /// Stops the programs of `features` (turned off, or the session ended).
+    func stopPrograms(of features: Set<Feature>) {
+        for feature in features { programs[feature]?.stop() }
     }
 
     /// A StartSession whose program could not be started: the session does
     /// not start — its programs stop, its keys go back, the journal holds no
     /// session. If the keys cannot be put back it stays, for EndSession to retry.
     func abandon(_ generation: UInt64) {
-        guard isCurrent(generation), let started = session else { return }
-        stopPrograms()
+        guard store.isCurrent(generation) else { return }
+        stopPrograms(of: Set(programs.keys))
         do {
-            try backend.apply(started.restoringChanges)
-            session = nil
-            try record(nil)
+            try store.abandon()
         } catch {
             logger.error("cannot undo the session whose program failed: \(error); it stays for EndSession")
         }
@@ -295,16 +283,14 @@ extension GuidedAccessService {
     /// A ConfigureForSession whose program could not be started: what the
     /// call turned on (`added`) goes off again, as a call turning it off
     /// would (all or nothing).
-    func turnOff(_ added: Set<Feature>) throws {
-        guard var current = session else { return }
-        let before = current.features
-        let features = before.subtracting(added)
-        guard features != before else { return }
-        let change = keyMap.change(from: before, to: features, options: current.keyMapOptions)
-        current.features = features
-        stopProgramsTurnedOff(from: before, in: &current)
-        try write(change, into: &current)
-        session = current
+    func turnOff(_ added: Set<Feature>, for generation: UInt64) {
+        guard store.isCurrent(generation), let current = session else { return }
+        do {
+            stopPrograms(of: try store.setFeatures(current.features.subtracting(added)))
+            journalSoonIfBehind()
+        } catch {
+            logger.error("cannot turn off what a call whose program failed turned on: \(error)")
+        }
     }
 
     /// A resumed session: its programs go again — the journal's runs if they
@@ -312,7 +298,7 @@ extension GuidedAccessService {
     /// the session no longer has this way are stopped.
     func resumePrograms() async {
         guard let recorded = session else { return }
-        let generation = sessionGeneration
+        let generation = store.generation
         var records: [Feature: ProgramRecord] = [:]
         for (feature, program) in programs.sorted(by: { $0.key < $1.key }) {
             if recorded.features.contains(feature), programFeatures.contains(feature) {
@@ -326,33 +312,21 @@ extension GuidedAccessService {
                 await program.stopLeftOver(leftOver, environment: programEnvironment)
             }
         }
-        guard isCurrent(generation), var current = session, current.programs != records else { return }
-        current.programs = records
-        session = current
-        do {
-            try record(current)
-        } catch {
-            logger.error("\(error)")
-        }
+        guard store.isCurrent(generation) else { return }
+        if let problem = store.note({ $0.programs = records }) { logger.error("\(problem)") }
     }
 
     func programEvent(_ feature: Feature, _ event: SessionProgram.Event) {
-        guard var current = session, current.features.contains(feature) else { return }
+        guard session?.features.contains(feature) == true else { return }
         switch event {
         case .restarted(let record):
-            current.programs[feature] = record
+            if let problem = store.note({ $0.programs[feature] = record }) { logger.error("\(problem)") }
         case .gaveUp(let exits, let lastExit):
-            current.programs[feature] = nil
+            if let problem = store.note({ $0.programs[feature] = nil }) { logger.error("\(problem)") }
             settings.audit.record(
                 .programGaveUp, caller: nil,
                 "\(feature): its program exited \(exits) times within a minute (last: \(lastExit)); it is not started again",
                 fields: ["FEATURE": feature.wireName, "EXITS": String(exits), "LAST_EXIT": lastExit])
-        }
-        session = current
-        do {
-            try record(current)
-        } catch {
-            logger.error("\(error)")
         }
     }
 }

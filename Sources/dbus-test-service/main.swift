@@ -50,99 +50,118 @@ actor TestState {
 let path: ObjectPath = "/org/guidedaccess/Test1"
 let interfaceName = "org.guidedaccess.Test1"
 
+/// `(sss)`: a struct of strings, as the GuidedAccess API's restrictions are.
+struct StringTriple: DBusRepresentable, Equatable {
+    var first, second, third: String
+    static var dbusType: DBusType { .structure([.string, .string, .string]) }
+    var dbusValue: DBusValue { .structure([.string(first), .string(second), .string(third)]) }
+    init(dbusValue v: DBusValue) throws(DBusError) {
+        guard case .structure(let fields) = v, fields.count == 3 else {
+            throw .invalidArgs("expected '(sss)', got '\(v.type.signature)'")
+        }
+        first = try String(dbusValue: fields[0])
+        second = try String(dbusValue: fields[1])
+        third = try String(dbusValue: fields[2])
+    }
+}
+
+/// `(ssss)`, the element of `a(ssss)`.
+struct StringQuadruple: DBusRepresentable, Equatable {
+    var first, second, third, fourth: String
+    static var dbusType: DBusType { .structure([.string, .string, .string, .string]) }
+    var dbusValue: DBusValue { .structure([.string(first), .string(second), .string(third), .string(fourth)]) }
+    init(dbusValue v: DBusValue) throws(DBusError) {
+        guard case .structure(let fields) = v, fields.count == 4 else {
+            throw .invalidArgs("expected '(ssss)', got '\(v.type.signature)'")
+        }
+        first = try String(dbusValue: fields[0])
+        second = try String(dbusValue: fields[1])
+        third = try String(dbusValue: fields[2])
+        fourth = try String(dbusValue: fields[3])
+    }
+}
+
+/// One argument of every type EchoAll passes through, in and out.
+let everyType: [any ArgumentDeclaration] = [
+    Argument("y", UInt8.self), Argument("b", Bool.self), Argument("n", Int16.self), Argument("q", UInt16.self),
+    Argument("i", Int32.self), Argument("u", UInt32.self), Argument("x", Int64.self), Argument("t", UInt64.self),
+    Argument("d", Double.self), Argument("s", String.self), Argument("o", ObjectPath.self),
+    Argument("g", Signature.self), Argument("as", [String].self), Argument("asv", [String: Variant].self),
+    Argument("ass", [String: String].self), Argument("sss", StringTriple.self),
+    Argument("ssss", [StringQuadruple].self),
+]
+
 func makeInterface(_ state: TestState) -> Interface {
     Interface(
         interfaceName,
         methods: [
-            Method("Echo", inputs: [Argument("value", "v")], outputs: [Argument("value", "v")]) { call in
-                call.arguments
+            Method("Echo", Argument("value", Variant.self), returns: Argument("value", Variant.self)) { _, value in
+                value
             },
+            // More arguments than the typed forms take, passed through undecoded.
+            Method("EchoAll", inputs: everyType, outputs: everyType) { call in call.arguments },
             Method(
-                "EchoAll",
-                inputs: [
-                    Argument("y", "y"), Argument("b", "b"), Argument("n", "n"), Argument("q", "q"),
-                    Argument("i", "i"), Argument("u", "u"), Argument("x", "x"), Argument("t", "t"),
-                    Argument("d", "d"), Argument("s", "s"), Argument("o", "o"), Argument("g", "g"),
-                    Argument("as", "as"), Argument("asv", "a{sv}"), Argument("ass", "a{ss}"),
-                    Argument("sss", "(sss)"), Argument("ssss", "a(ssss)"),
-                ],
-                outputs: [
-                    Argument("y", "y"), Argument("b", "b"), Argument("n", "n"), Argument("q", "q"),
-                    Argument("i", "i"), Argument("u", "u"), Argument("x", "x"), Argument("t", "t"),
-                    Argument("d", "d"), Argument("s", "s"), Argument("o", "o"), Argument("g", "g"),
-                    Argument("as", "as"), Argument("asv", "a{sv}"), Argument("ass", "a{ss}"),
-                    Argument("sss", "(sss)"), Argument("ssss", "a(ssss)"),
-                ]
-            ) { call in call.arguments },
-            Method("Add", inputs: [Argument("a", "i"), Argument("b", "i")], outputs: [Argument("sum", "i")]) { call in
-                let a: Int32 = try call.argument(0)
-                let b: Int32 = try call.argument(1)
+                "Add", Argument("a", Int32.self), Argument("b", Int32.self), returns: Argument("sum", Int32.self)
+            ) { _, a, b in
                 let (sum, overflow) = a.addingReportingOverflow(b)
                 guard !overflow else { throw DBusError.invalidArgs("\(a) + \(b) overflows int32") }
-                return [.int32(sum)]
+                return sum
             },
-            Method("Sleep", inputs: [Argument("milliseconds", "u")]) { call in
-                let ms: UInt32 = try call.argument(0)
+            Method("Sleep", Argument("milliseconds", UInt32.self)) { call, ms in
                 try await call.connection.loop.sleep(for: .milliseconds(ms))
-                return []
             },
             // Awaits a call to another service before replying.
             Method(
-                "CallOther", inputs: [Argument("destination", "s"), Argument("milliseconds", "u")],
-                outputs: [Argument("answer", "s")]
-            ) { call in
-                let destination: String = try call.argument(0)
-                let ms: UInt32 = try call.argument(1)
+                "CallOther", Argument("destination", String.self), Argument("milliseconds", UInt32.self),
+                returns: Argument("answer", String.self)
+            ) { call, destination, ms in
                 _ = try await call.connection.call(
                     destination: destination, path: path, interface: interfaceName, member: "Sleep", [.uint32(ms)])
-                return [.string("\(destination) slept \(ms) ms")]
+                return "\(destination) slept \(ms) ms"
             },
-            Method("Emit", inputs: [Argument("text", "s")]) { call in
-                try await call.connection.emit("Pinged", interface: interfaceName, path: path, call.arguments)
-                return []
+            Method("Emit", Argument("text", String.self)) { call, text in
+                try await call.connection.emit("Pinged", interface: interfaceName, path: path, [text.dbusValue])
             },
             Method("Increment") { _ in
                 await state.increment()
                 await state.connection.propertiesChanged(path: path, interface: interfaceName)
-                return []
             },
             Method("BumpGeneration") { _ in
                 await state.bumpGeneration()
                 await state.connection.propertiesChanged(path: path, interface: interfaceName)
-                return []
             },
-            Method("Fail", inputs: [Argument("name", "s"), Argument("message", "s")]) { call in
-                throw DBusError(name: try call.argument(0), message: try call.argument(1))
+            Method("Fail", Argument("name", String.self), Argument("message", String.self)) { _, name, message in
+                throw DBusError(name: name, message: message)
             },
+            // Four outputs: the untyped form.
             Method(
-                "WhoAmI",
+                "WhoAmI", inputs: [],
                 outputs: [
-                    Argument("uid", "u"), Argument("pid", "u"), Argument("executable", "s"), Argument("unit", "s"),
+                    Argument("uid", UInt32.self), Argument("pid", UInt32.self), Argument("executable", String.self),
+                    Argument("unit", String.self),
                 ]
             ) { call in
                 let credentials = try await call.connection.credentials(of: call.sender)
+                let uid = credentials.unixUserID ?? UInt32.max
                 let pid = credentials.processID ?? 0
-                return [
-                    .uint32(credentials.unixUserID ?? UInt32.max), .uint32(pid),
-                    .string(ProcessInfo.executable(of: pid) ?? ""), .string(ProcessInfo.systemdUnit(of: pid) ?? ""),
-                ]
+                let executable = ProcessInfo.executable(of: pid) ?? ""
+                let unit = ProcessInfo.systemdUnit(of: pid) ?? ""
+                return [uid.dbusValue, pid.dbusValue, executable.dbusValue, unit.dbusValue]
             },
             Method("Quit") { call in
                 Task(executorPreference: call.connection.loop) { await call.connection.close() }
-                return []
             },
         ],
         properties: [
-            Property("Counter", "u") { .uint32(await state.counter) },
-            Property("Label", "s", get: { .string(await state.label) }) { value, _ in
-                let text = try String(dbusValue: value)
+            Property("Counter", UInt32.self) { await state.counter },
+            Property("Label", String.self, get: { await state.label }) { text, _ in
                 guard !text.isEmpty else { throw DBusError.invalidArgs("Label must not be empty") }
                 await state.setLabel(text)
             },
-            Property("Generation", "i", changes: .invalidates) { .int32(await state.generation) },
-            Property("Version", "s", changes: .constant) { .string("1.0") },
+            Property("Generation", Int32.self, changes: .invalidates) { await state.generation },
+            Property("Version", String.self, changes: .constant) { "1.0" },
         ],
-        signals: [Signal("Pinged", [Argument("text", "s")])]
+        signals: [Signal("Pinged", Argument("text", String.self))]
     )
 }
 

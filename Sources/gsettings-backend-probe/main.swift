@@ -7,7 +7,7 @@
 //   reset SCHEMA KEY               → applies one reset
 //   stage SCHEMA KEY VALUE|-       → adds a value (or a reset, `-`) to a batch
 //   apply                          → applies the staged batch at once
-//   validate SCHEMA KEY VALUE      → `ok` or an error line
+//   check SCHEMA KEY VALUE         → `ok` or an error line (nothing written)
 //   availability SCHEMA KEY VALUE  → available, missingSchema, missingKey, wrongType(expected: T)
 //   time-set SCHEMA KEY VALUE N    → N applies of one value: `p50 … p90 … max …` in µs
 //   time-toggle SCHEMA KEY BOOL N  → the same, the boolean flipped each time
@@ -87,8 +87,8 @@ for command in CommandLine.arguments.dropFirst() {
         print("ok")
     case "apply":
         run { () throws(SettingsBackendError) in try backend.apply(staged); staged = [:]; return "ok" }
-    case "validate":
-        run { () throws(SettingsBackendError) in try backend.validate(value(), for: key()); return "ok" }
+    case "check":
+        run { () throws(SettingsBackendError) in _ = try backend.check([key(): value()]); return "ok" }
     case "availability":
         print(backend.availability(of: key(), for: value()))
     case "time-set", "time-toggle":

@@ -30,7 +30,7 @@ enum Exit: Int32 {
         case .unknownRestriction: self = .restriction
         case .limitExceeded: self = .limitExceeded
         case .backendFailed: self = .backendFailed
-        case .invalidArguments: self = .usage
+        case .invalidArgs: self = .usage
         case .serviceUnavailable: self = .serviceUnavailable
         case .other: self = .generic
         }
@@ -286,7 +286,7 @@ struct FeatureList: ParsableArguments {
     }
 }
 
-private let featureNames = "Features: " + GuidedAccessFeature.allCases.map(\.rawValue).joined(separator: ", ")
+private let featureNames = "Features: " + Feature.allCases.map(\.wireName).joined(separator: ", ")
 
 struct Enable: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Turn features on in the session.", discussion: featureNames)
@@ -319,7 +319,7 @@ struct Restrictions: AsyncParsableCommand {
         for r in list {
             var line = r.state.rawValue.padding(toLength: 6, withPad: " ", startingAt: 0)
                 + r.identifier.padding(toLength: width + 2, withPad: " ", startingAt: 0) + r.text
-            if !r.detailText.isEmpty { line += " — " + r.detailText }
+            if !r.detail.isEmpty { line += " — " + r.detail }
             printLine(line)
         }
     }
@@ -374,7 +374,7 @@ struct Monitor: AsyncParsableCommand {
         let (client, events) = try await withClient(global) { client throws(GuidedAccessError) in
             (client, try await client.changes())
         }
-        FileHandle.standardError.write(Data("Monitoring \(GuidedAccessClient.busName) on the \(bus)\n".utf8))
+        FileHandle.standardError.write(Data("Monitoring \(GuidedAccessBus.name) on the \(bus)\n".utf8))
         // The stream does not end when the bus goes away: watch for that.
         Task {
             await client.connection.waitUntilDisconnected()

@@ -198,13 +198,13 @@ func serve(
                 systemBus: { await systemBus.connection() }),
             logger: logger)
         try await service.start()
-        let reply = try await connection.requestName(GuidedAccessService.busName)
+        let reply = try await connection.requestName(GuidedAccessBus.name)
         guard reply == .primaryOwner else {
             logger.critical(
-                "cannot own \(GuidedAccessService.busName) on the \(bus): \(reply) (is another guidedaccessd running?)")
+                "cannot own \(GuidedAccessBus.name) on the \(bus): \(reply) (is another guidedaccessd running?)")
             return 1
         }
-        logger.info("ready: \(GuidedAccessService.busName) on the \(bus), \(mode.rawValue) mode, state in \(stateDir)")
+        logger.info("ready: \(GuidedAccessBus.name) on the \(bus), \(mode.rawValue) mode, state in \(stateDir)")
         await connection.waitUntilDisconnected()
         logger.notice("the bus connection is gone; exiting with the session kept in the journal")
         return 0

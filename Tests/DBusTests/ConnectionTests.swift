@@ -17,15 +17,14 @@ actor Counter {
         Interface(
             "org.example.Greeter1",
             methods: [
-                Method("Greet", inputs: [Argument("name", "s")], outputs: [Argument("greeting", "s")]) { call in
-                    let name: String = try call.argument(0)
+                Method("Greet", Argument("name", String.self), returns: Argument("greeting", String.self)) { _, name in
                     guard !name.isEmpty else { throw DBusError(name: "org.example.Error.Empty", message: "name is empty") }
                     _ = await counter.add()
-                    return [.string("hello, \(name)")]
+                    return "hello, \(name)"
                 }
             ],
-            properties: [Property("Greetings", "i") { .int32(Int32(await counter.value)) }],
-            signals: [Signal("Greeted", [Argument("name", "s")])])
+            properties: [Property("Greetings", Int32.self) { Int32(await counter.value) }],
+            signals: [Signal("Greeted", Argument("name", String.self))])
     }
 
     @Test func aCallIsAnsweredAndAnErrorKeepsItsNameAndMessage() async throws {
@@ -116,10 +115,7 @@ actor Counter {
                 Interface(
                     "org.example.Slow1",
                     methods: [
-                        Method("Wait") { _ in
-                            try await Task.sleep(for: .seconds(2))
-                            return []
-                        }
+                        Method("Wait") { _ in try await Task.sleep(for: .seconds(2)) }
                     ])
             ], at: "/slow")
         let error = await #expect(throws: DBusError.self) {

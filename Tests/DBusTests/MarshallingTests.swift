@@ -200,19 +200,31 @@ func replacing(_ needle: [UInt8], with replacement: [UInt8], in bytes: [UInt8]) 
     }
 }
 
+/// `(ssss)`, as the element of a list of restrictions.
+struct Item: DBusRepresentable {
+    var fields: [String]
+    static var dbusType: DBusType { .structure([.string, .string, .string, .string]) }
+    var dbusValue: DBusValue { .structure(fields.map { .string($0) }) }
+    init(dbusValue v: DBusValue) throws(DBusError) {
+        guard case .structure(let members) = v, members.count == 4 else { throw .invalidArgs("not an item") }
+        fields = []
+        for member in members { fields.append(try String(dbusValue: member)) }
+    }
+}
+
 @Suite struct Declarations {
     let interface = Interface(
         "org.example.Thing1",
         methods: [
-            Method("Start", inputs: [Argument("options", "a{sv}")], outputs: []) { _ in [] },
-            Method("List", outputs: [Argument("items", "a(ssss)")]) { _ in [] },
+            Method("Start", Argument("options", [String: Variant].self)) { _, _ in },
+            Method("List", returns: Argument("items", [Item].self)) { _ in [] },
         ],
         properties: [
-            Property("Active", "b") { .bool(false) },
-            Property("Version", "s", changes: .constant) { .string("1") },
-            Property("Name", "s", get: { .string("") }, set: { _, _ in }),
+            Property("Active", Bool.self) { false },
+            Property("Version", String.self, changes: .constant) { "1" },
+            Property("Name", String.self, get: { "" }, set: { _, _ in }),
         ],
-        signals: [Signal("Changed", [Argument("active", "b"), Argument("reason", "s")])])
+        signals: [Signal("Changed", Argument("active", Bool.self), Argument("reason", String.self))])
 
     @Test func introspectionListsEveryMemberWithItsSignature() {
         let xml = Introspection.xml(interfaces: [interface], children: ["child"])
@@ -225,6 +237,35 @@ func replacing(_ needle: [UInt8], with replacement: [UInt8], in bytes: [UInt8]) 
         #expect(xml.contains("<signal name=\"Changed\">\n      <arg type=\"b\" name=\"active\"/>"))
         #expect(xml.contains("<node name=\"child\"/>"))
         #expect(xml.contains("<interface name=\"org.freedesktop.DBus.Properties\">"))
+    }
+
+    /// The whole text, as it was when signatures were written out as
+    /// strings: deriving them from the types changes no byte of it.
+    @Test func introspectionOfTheDeclarationIsByteForByteTheSame() {
+        let xml = Introspection.xml(interfaces: [interface], children: ["child"])
+        let expected = """
+              <interface name="org.example.Thing1">
+                <method name="Start">
+                  <arg type="a{sv}" name="options" direction="in"/>
+                </method>
+                <method name="List">
+                  <arg type="a(ssss)" name="items" direction="out"/>
+                </method>
+                <signal name="Changed">
+                  <arg type="b" name="active"/>
+                  <arg type="s" name="reason"/>
+                </signal>
+                <property name="Active" type="b" access="read"/>
+                <property name="Version" type="s" access="read">
+                  <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+                </property>
+                <property name="Name" type="s" access="readwrite"/>
+              </interface>
+              <node name="child"/>
+            </node>
+
+            """
+        #expect(xml == Introspection.header + "<node>\n" + Introspection.standardInterfaces + expected)
     }
 
     @Test func signaturesDeriveFromTheDeclaration() {

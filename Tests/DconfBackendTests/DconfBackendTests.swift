@@ -2,6 +2,7 @@ import DconfBackend
 import Foundation
 import GuidedAccessCore
 import Testing
+import TestSupport
 
 let magnifier = "org.gnome.desktop.a11y.magnifier"
 let invert = SettingKey(schema: magnifier, key: "invert-lightness")
@@ -10,7 +11,7 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
 
 /// Real dconf: `dconf update` builds the database in a temporary DatabaseDir;
 /// gsettings reads it through a profile `user-db:user` + `file-db:DIR/NAME`
-/// on a private session bus (PrivateDconf, shared with GSettingsBackendTests)
+/// on a private session bus (TestSupport's PrivateDconf)
 /// whose dconf-service writes the private user database.
 @Suite(.serialized) struct RealDconf {
     let dconf: PrivateDconf

@@ -2,6 +2,7 @@ import Foundation
 @testable import GSettingsBackend
 import GuidedAccessCore
 import Testing
+import TestSupport
 
 let magnifier = "org.gnome.desktop.a11y.magnifier"
 let applications = "org.gnome.desktop.a11y.applications"
@@ -26,7 +27,7 @@ let interface = "org.gnome.desktop.interface"
     @Test func unknownSchemaIsMissingSchemaWithoutCrashing() throws {
         let key = SettingKey(schema: "org.example.no-such-schema", key: "enabled")
         #expect(backend.availability(of: key, for: .bool(true)) == .missingSchema)
-        let error = #expect(throws: SettingsBackendError.self) { try backend.validate(.bool(true), for: key) }
+        let error = #expect(throws: SettingsBackendError.self) { try backend.check([key: .bool(true)]) }
         #expect(error?.kind == .unsupported)
         #expect(error?.message.contains("org.example.no-such-schema") == true)
         #expect(throws: SettingsBackendError.self) { try backend.userValue(of: key) }
@@ -36,7 +37,7 @@ let interface = "org.gnome.desktop.interface"
     @Test func reducedMotionIsMissingKeyOnGnome43() throws {
         let key = SettingKey(schema: "org.gnome.desktop.a11y.interface", key: "reduced-motion")
         #expect(backend.availability(of: key, for: .string("reduce")) == .missingKey)
-        let error = #expect(throws: SettingsBackendError.self) { try backend.validate(.string("reduce"), for: key) }
+        let error = #expect(throws: SettingsBackendError.self) { try backend.check([key: .string("reduce")]) }
         #expect(error?.kind == .unsupported)
         #expect(error?.message.contains("org.gnome.desktop.a11y.interface reduced-motion") == true)
     }
@@ -44,13 +45,13 @@ let interface = "org.gnome.desktop.interface"
     @Test func valueOfAnotherTypeIsWrongType() throws {
         let key = SettingKey(schema: magnifier, key: "mag-factor")
         #expect(backend.availability(of: key, for: .bool(true)) == .wrongType(expected: "d"))
-        let error = #expect(throws: SettingsBackendError.self) { try backend.validate(.string("2"), for: key) }
+        let error = #expect(throws: SettingsBackendError.self) { try backend.check([key: .string("2")]) }
         #expect(error?.kind == .unsupported)
     }
 
     @Test func magFactor40IsOutOfRange() throws {
         let error = #expect(throws: SettingsBackendError.self) {
-            try backend.validate(.double(40), for: SettingKey(schema: magnifier, key: "mag-factor"))
+            try backend.check([SettingKey(schema: magnifier, key: "mag-factor"): .double(40)])
         }
         #expect(error?.kind == .outOfRange)
         #expect(error?.message == "org.gnome.desktop.a11y.magnifier mag-factor 40.0 is out of range")
@@ -58,30 +59,29 @@ let interface = "org.gnome.desktop.interface"
 
     @Test func nanIsOutOfRange() throws {
         let error = #expect(throws: SettingsBackendError.self) {
-            try backend.validate(.double(.nan), for: SettingKey(schema: magnifier, key: "mag-factor"))
+            try backend.check([SettingKey(schema: magnifier, key: "mag-factor"): .double(.nan)])
         }
         #expect(error?.kind == .outOfRange)
     }
 
     @Test func unknownEnumNickIsOutOfRange() throws {
         let key = SettingKey(schema: magnifier, key: "screen-position")
-        let error = #expect(throws: SettingsBackendError.self) { try backend.validate(.string("bogus"), for: key) }
+        let error = #expect(throws: SettingsBackendError.self) { try backend.check([key: .string("bogus")]) }
         #expect(error?.kind == .outOfRange)
         #expect(error?.message == "org.gnome.desktop.a11y.magnifier screen-position 'bogus' is out of range")
-        try backend.validate(.string("full-screen"), for: key)
+        _ = try backend.check([key: .string("full-screen")])
     }
 
     @Test func valuesInRangeValidate() throws {
-        try backend.validate(.double(32), for: SettingKey(schema: magnifier, key: "mag-factor"))
-        try backend.validate(.double(0), for: SettingKey(schema: magnifier, key: "color-saturation"))
-        try backend.validate(.bool(true), for: SettingKey(schema: applications, key: "screen-reader-enabled"))
+        _ = try backend.check([SettingKey(schema: magnifier, key: "mag-factor"): .double(32)])
+        _ = try backend.check([SettingKey(schema: magnifier, key: "color-saturation"): .double(0)])
+        _ = try backend.check([SettingKey(schema: applications, key: "screen-reader-enabled"): .bool(true)])
     }
 }
 
 /// Reads and writes through real dconf on a private bus, with the backend in
 /// the probe process and cross-checks by `gsettings` and `dconf`; each test
 /// once per store (libdconf change sets, and GSettings objects).
-/// the probe process and cross-checks by `gsettings` and `dconf`.
 @Suite struct RealDconf {
     @Test(arguments: GSettingsBackend.Store.allCases) func appliedValueIsVisibleToAnotherProcessWhenApplyReturns(store: GSettingsBackend.Store) throws {
         let dconf = try PrivateDconf(store: store)

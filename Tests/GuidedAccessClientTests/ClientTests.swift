@@ -25,7 +25,7 @@ final class PrivateService: @unchecked Sendable {
         // Ready when it owns its name.
         let watcher = try await Connection.connect(to: .address(bus.address))
         for _ in 0..<200 {
-            if try await watcher.nameOwner(GuidedAccessClient.busName) != nil { return }
+            if try await watcher.nameOwner(GuidedAccessBus.name) != nil { return }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw DBusError.failed("guidedaccessd did not take its name")
@@ -102,22 +102,28 @@ func next(_ count: Int, of events: AsyncStream<GuidedAccessEvent>, timeout: Dura
         let status = try await client.status()
         #expect(status.sessionOwner == client.connection.uniqueName)
         #expect(status.sessionDeadline > 0)
+        #expect(!status.desktop.isEmpty)
+        // The service names no feature the API does not know.
+        #expect(try await client.supportedFeatures == (try Feature.parse(status.supportedFeatures)))
+        #expect(status.supportedFeatures == status.supportedFeatures.sorted())
 
         #expect(try await client.restrictions() == [
-            Restriction(identifier: "com.example.kiosk.camera", text: "Camera"),
-            Restriction(identifier: "com.example.kiosk.print", text: "Printing", detailText: "Print receipts"),
+            Restriction(identifier: "com.example.kiosk.camera", text: "Camera", detail: ""),
+            Restriction(identifier: "com.example.kiosk.print", text: "Printing", detail: "Print receipts"),
         ])
         // User mode without [Operators]: our own user is an operator.
         try await client.setRestrictionState(.deny, for: "com.example.kiosk.print")
         #expect(try await client.restrictionState(for: "com.example.kiosk.print") == .deny)
         try await client.endSession()
 
-        #expect(await next(4, of: events) == [
-            .session(active: true, reason: "started"),
+        let received = await next(4, of: events)
+        #expect(received == [
+            .session(active: true, reason: SessionChangeReason.started.rawValue),
             .restriction(identifier: "com.example.kiosk.print", state: .deny),
             .restriction(identifier: "com.example.kiosk.print", state: .allow),
-            .session(active: false, reason: "ended"),
+            .session(active: false, reason: SessionChangeReason.ended.rawValue),
         ])
+        #expect(received.map(\.sessionChangeReason) == [.started, nil, nil, .ended])
         for _ in 0..<100 where provider.changes.withLock({ $0.count }) < 2 {
             try await Task.sleep(for: .milliseconds(20))
         }

@@ -90,7 +90,7 @@ import Testing
     @Test func endSessionAdmitsTheOwnersIdentityWithoutPolkit() throws {
         let policy = try policy(.system, serviceUID: 0)
         let owner = BusCaller(uniqueName: ":1.5", identity: kiosk)
-        let session = Session(owner: owner, options: try SessionOptions(parsing: [:], defaults: SessionDefaults()), nowUsec: 0)
+        let session = Session(owner: owner, options: try SessionParameters(parsing: [:], defaults: SessionDefaults()), nowUsec: 0)
         #expect(policy.admission(for: .endSession, session: session, caller: owner) == .admitted)
         #expect(policy.admission(for: .endSession, session: session, caller: BusCaller(uniqueName: ":1.6", identity: stranger))
             == .askPolkit(action: "org.guidedaccess.GuidedAccess1.end-session"))

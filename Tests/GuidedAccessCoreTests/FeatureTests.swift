@@ -22,18 +22,6 @@ import Testing
         ])
     }
 
-    @Test func anUnsupportedFeatureIsUnsupportedFeatureNamingIt() {
-        #expect(throws: GuidedAccessError.self) {
-            try Feature.requireSupported([.zoom, .reduceMotion], supported: [.zoom])
-        }
-        do {
-            try Feature.requireSupported([.zoom, .reduceMotion], supported: [.zoom])
-        } catch {
-            #expect(error.dbusErrorName == "org.guidedaccess.GuidedAccess1.Error.UnsupportedFeature")
-            #expect(error.message.contains("reduce-motion"))
-        }
-    }
-
     @Test func invalidArgsUsesTheFreedesktopErrorName() {
         #expect(GuidedAccessError.invalidArgs("x").dbusErrorName == "org.freedesktop.DBus.Error.InvalidArgs")
         #expect(GuidedAccessError.limitExceeded("x").dbusErrorName == "org.guidedaccess.GuidedAccess1.Error.LimitExceeded")

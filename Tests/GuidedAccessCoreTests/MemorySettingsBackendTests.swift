@@ -37,22 +37,22 @@ import Testing
     func valuesAreCheckedAgainstTheSchemaRanges(key: SettingKey, value: SettingValue, valid: Bool) {
         let backend = MemorySettingsBackend()
         if valid {
-            #expect(throws: Never.self) { try backend.validate(value, for: key) }
+            #expect(throws: Never.self) { try backend.check([key: value]) }
         } else {
-            #expect(throws: SettingsBackendError.self) { try backend.validate(value, for: key) }
+            #expect(throws: SettingsBackendError.self) { try backend.check([key: value]) }
         }
     }
 
     @Test func reducedMotionTakesItsTwoChoices() throws {
         let backend = MemorySettingsBackend(knownKeys: MemorySettingsBackend.gnome50Keys)
-        try backend.validate(.string("reduce"), for: .reducedMotion)
-        try backend.validate(.string("no-preference"), for: .reducedMotion)
-        #expect(throws: SettingsBackendError.self) { try backend.validate(.string("less"), for: .reducedMotion) }
+        try backend.check([.reducedMotion: .string("reduce")])
+        try backend.check([.reducedMotion: .string("no-preference")])
+        #expect(throws: SettingsBackendError.self) { try backend.check([.reducedMotion: .string("less")]) }
     }
 
     @Test func anOutOfRangeErrorNamesKeyAndValue() {
         #expect(throws: SettingsBackendError(.outOfRange, "org.gnome.desktop.a11y.magnifier mag-factor 40.0 is out of range 0.1…32.0")) {
-            try MemorySettingsBackend().validate(.double(40.0), for: .magFactor)
+            try MemorySettingsBackend().check([.magFactor: .double(40.0)])
         }
     }
 

@@ -151,7 +151,6 @@ import Testing
     }
 
     @Test func aStaleTemporaryFileFromACrashIsReplaced() throws {
-        directory.write("half-written", to: "journal.json.tmp")
         directory.write("half-linked", to: ".journal.json.new")
         try journal.record(sampleState)
         #expect(directory.files == [".journal.json.slot-a", "journal.json"])
@@ -244,54 +243,5 @@ import Testing
         #expect(mkdir(directory.path + "/.state.slot-b/x", 0o700) == 0)
         #expect(throws: FileError.self) { try replace("lost") }
         #expect(directory.read("state")?.hasPrefix("kept ") == true)
-    }
-}
-
-@Suite struct JournaledApplyTests {
-    let directory = SessionJournalTests.TemporaryDirectory()
-    var journal: SessionJournal { SessionJournal(directory: directory.path) }
-
-    func started(snapshotting backend: MemorySettingsBackend) throws -> (Session, [SettingKey: SettingValue?]) {
-        let owner = BusCaller(uniqueName: ":1.1", identity: CallerIdentity(uid: 1000, executablePath: "/usr/bin/kiosk"))
-        var session = Session(
-            owner: owner, options: SessionOptions(timeLimitSec: 0, features: [.invertColors], zoomFactor: 2, textScale: 1.5, inhibitSleep: true),
-            nowUsec: 0)
-        let change = FeatureKeyMap().change(from: [], to: session.features, options: session.keyMapOptions)
-        try session.recordSnapshot(of: change.write.keys) { key throws(SettingsBackendError) in try backend.userValue(of: key) }
-        return (session, session.settingChanges(for: change))
-    }
-
-    @Test func theJournalKnowsTheSnapshotBeforeTheSettingsChange() throws {
-        let backend = MemorySettingsBackend(values: [.magFactor: .double(4.0)])
-        let (session, changes) = try started(snapshotting: backend)
-        let empty = JournalState(session: nil, restrictions: [])
-        try journal.applyJournaled(changes, to: backend, state: JournalState(session: session, restrictions: []), previous: empty)
-        #expect(try journal.load()?.session?.snapshot[.magFactor] == .set(.double(4.0)))
-        #expect(try journal.load()?.session?.snapshot[.invertLightness] == .unset)
-        #expect(try backend.userValue(of: .invertLightness) == .bool(true))
-    }
-
-    @Test func aFailedWriteIsBackendFailedAndPutsTheJournalBack() throws {
-        let backend = MemorySettingsBackend()
-        let (session, changes) = try started(snapshotting: backend)
-        let empty = JournalState(session: nil, restrictions: [])
-        backend.failNextApply()
-        #expect(throws: GuidedAccessError.backendFailed("memory backend: injected failure")) {
-            try journal.applyJournaled(changes, to: backend, state: JournalState(session: session, restrictions: []), previous: empty)
-        }
-        #expect(try journal.load() == empty)
-        #expect(backend.values.isEmpty)
-    }
-
-    @Test func aJournalThatCannotBeWrittenStopsTheSettingsWrite() throws {
-        let backend = MemorySettingsBackend()
-        let (session, changes) = try started(snapshotting: backend)
-        let unwritable = SessionJournal(directory: "/proc/guidedaccess-no-such-dir")
-        #expect(throws: GuidedAccessError.self) {
-            try unwritable.applyJournaled(
-                changes, to: backend, state: JournalState(session: session, restrictions: []),
-                previous: JournalState(session: nil, restrictions: []))
-        }
-        #expect(backend.appliedCount == 0)
     }
 }

@@ -8,7 +8,7 @@ import Testing
     let otherUser = BusCaller(uniqueName: ":1.13", identity: CallerIdentity(uid: 1001, executablePath: "/usr/bin/kiosk"))
 
     func session(ownerGone: Bool = false) throws -> Session {
-        var session = Session(owner: kiosk, options: try SessionOptions(parsing: [:], defaults: SessionDefaults()), nowUsec: 0)
+        var session = Session(owner: kiosk, options: try SessionParameters(parsing: [:], defaults: SessionDefaults()), nowUsec: 0)
         if ownerGone { session.connectionLeft(kiosk.uniqueName) }
         return session
     }
@@ -97,7 +97,7 @@ import Testing
     }
 
     @Test func theDeadlineIsTheTimeLimitAfterTheStartInMicroseconds() throws {
-        let options = try SessionOptions(parsing: ["time-limit": .uint64(60)], defaults: SessionDefaults())
+        let options = try SessionParameters(parsing: ["time-limit": .uint64(60)], defaults: SessionDefaults())
         let session = Session(owner: kiosk, options: options, nowUsec: 1_000_000)
         #expect(session.deadlineUsec == 61_000_000)
         #expect(!session.isExpired(nowUsec: 60_999_999))

@@ -44,21 +44,12 @@ public struct SessionDefaults: Hashable, Sendable {
 }
 
 /// The options of StartSession, validated, with defaults filled in.
-public struct SessionOptions: Hashable, Sendable {
-    /// 31 days, in seconds.
-    public static let maxTimeLimitSec: UInt64 = 2_678_400
-    public static let zoomFactorRange: ClosedRange<Double> = 1.0...32.0
-    public static let textScaleRange: ClosedRange<Double> = 1.0...3.0
-
+public struct SessionParameters: Hashable, Sendable {
     public var timeLimitSec: UInt64
     public var features: Set<Feature>
     public var zoomFactor: Double
     public var textScale: Double
     public var inhibitSleep: Bool
-
-    public var keyMapOptions: FeatureKeyMap.Options {
-        FeatureKeyMap.Options(zoomFactor: zoomFactor, textScale: textScale)
-    }
 
     public init(timeLimitSec: UInt64, features: Set<Feature>, zoomFactor: Double, textScale: Double, inhibitSleep: Bool) {
         self.timeLimitSec = timeLimitSec
@@ -71,7 +62,7 @@ public struct SessionOptions: Hashable, Sendable {
     /// Validates `options`. Every InvalidArgs (unknown key, wrong type, out of
     /// range; keys in name order) comes before UnknownFeature, matching the
     /// API's error order; UnsupportedFeature is the caller's next check
-    /// (`Feature.requireSupported`), as only it knows the backend.
+    /// (the service's), as only it knows what the kiosk delivers.
     public init(parsing options: [String: OptionValue], defaults: SessionDefaults) throws(GuidedAccessError) {
         timeLimitSec = defaults.timeLimitSec
         features = []
@@ -80,39 +71,35 @@ public struct SessionOptions: Hashable, Sendable {
         inhibitSleep = defaults.inhibitSleep
         var featureNames: [String] = []
 
-        for (key, value) in options.sorted(by: { $0.key < $1.key }) {
+        for (name, value) in options.sorted(by: { $0.key < $1.key }) {
+            guard let key = SessionOptionKey(rawValue: name) else {
+                throw .invalidArgs("unknown option '\(name)' (value \(value))")
+            }
             switch (key, value) {
-            case ("time-limit", .uint64(let seconds)):
-                guard seconds <= Self.maxTimeLimitSec else {
-                    throw .invalidArgs("time-limit \(seconds) is out of range 0…\(Self.maxTimeLimitSec)")
+            case (.timeLimit, .uint64(let seconds)):
+                guard seconds <= SessionLimits.maxTimeLimitSec else {
+                    throw .invalidArgs("time-limit \(seconds) is out of range 0…\(SessionLimits.maxTimeLimitSec)")
                 }
                 timeLimitSec = seconds
-            case ("features", .stringArray(let names)):
+            case (.features, .stringArray(let names)):
                 featureNames = names
-            case ("zoom-factor", .double(let factor)):
-                zoomFactor = try Self.checked(factor, key: key, range: Self.zoomFactorRange)
-            case ("text-scale", .double(let scale)):
-                textScale = try Self.checked(scale, key: key, range: Self.textScaleRange)
-            case ("inhibit-sleep", .bool(let inhibit)):
+            case (.zoomFactor, .double(let factor)):
+                zoomFactor = try Self.checked(factor, key: key, range: SessionLimits.zoomFactor)
+            case (.textScale, .double(let scale)):
+                textScale = try Self.checked(scale, key: key, range: SessionLimits.textScale)
+            case (.inhibitSleep, .bool(let inhibit)):
                 inhibitSleep = inhibit
-            case ("time-limit", _), ("features", _), ("zoom-factor", _), ("text-scale", _), ("inhibit-sleep", _):
-                // A value of a type the D-Bus layer does not decode is named by its type alone.
-                let shown = if case .other = value { key } else { "\(key) \(value)" }
-                throw .invalidArgs(
-                    "\(shown) has type '\(value.signature)', expected '\(Self.expectedSignature[key]!)'")
             default:
-                throw .invalidArgs("unknown option '\(key)' (value \(value))")
+                // A value of a type the D-Bus layer does not decode is named by its type alone.
+                let shown = if case .other = value { name } else { "\(name) \(value)" }
+                throw .invalidArgs("\(shown) has type '\(value.signature)', expected '\(key.signature)'")
             }
         }
         features = try Feature.parse(featureNames)
     }
 
-    private static let expectedSignature = [
-        "time-limit": "t", "features": "as", "zoom-factor": "d", "text-scale": "d", "inhibit-sleep": "b",
-    ]
-
     private static func checked(
-        _ value: Double, key: String, range: ClosedRange<Double>
+        _ value: Double, key: SessionOptionKey, range: ClosedRange<Double>
     ) throws(GuidedAccessError) -> Double {
         // NaN is in no range, so it fails here too.
         guard range.contains(value) else {

@@ -1,5 +1,5 @@
 /// Whether a restriction's action is allowed right now.
-public enum RestrictionState: String, Hashable, Sendable, CustomStringConvertible {
+public enum RestrictionState: String, CaseIterable, Hashable, Sendable, CustomStringConvertible {
     case allow
     case deny
 

@@ -1,6 +1,5 @@
 import Foundation
-import GSettingsBackend
-import Testing
+import Glibc
 
 /// A private session bus with real dconf behind it: its own dbus-daemon (which
 /// activates /usr/libexec/dconf-service from the system's service files) and
@@ -8,14 +7,19 @@ import Testing
 /// under test is `ROOT/config/dconf/user`. The daemon gets the same
 /// environment, and dconf-service inherits it. The daemon is stopped when
 /// this is released; dconf-service exits with its bus.
-final class PrivateDconf {
-    let root: String
-    let environment: [String: String]
+public final class PrivateDconf: Sendable {
+    public let root: String
+    /// What programs run with: the private directories and bus, the
+    /// system's schemas, and nothing else of this process's environment.
+    public let environment: [String: String]
     private let daemon: pid_t
 
-    init(store: GSettingsBackend.Store = .dconf) throws {
+    /// `extra` is added to the environment of the daemon and of every program run.
+    public init(environment extra: [String: String] = [:]) throws {
         // Short: a unix socket path has to fit in 108 bytes.
-        root = "/tmp/gsb-" + UUID().uuidString.prefix(8).lowercased()
+        var template = Array("/tmp/dconf-tests-XXXXXX".utf8CString)
+        guard let dir = mkdtemp(&template) else { throw TestSupportError("mkdtemp failed: errno \(errno)") }
+        root = String(cString: dir)
         let files = FileManager.default
         for dir in ["home", "config", "runtime"] {
             try files.createDirectory(
@@ -46,26 +50,26 @@ final class PrivateDconf {
             "XDG_CACHE_HOME": root + "/home/.cache",
             "DBUS_SESSION_BUS_ADDRESS": "unix:path=\(root)/bus",
             "GSETTINGS_BACKEND": "dconf",
-            "GUIDEDACCESS_PROBE_STORE": store.rawValue,
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "LANG": "C.UTF-8",
         ]
-        // Where the schemas are; nothing else of this process's environment.
+        // Where the schemas are.
         if let dataDirs = ProcessInfo.processInfo.environment["XDG_DATA_DIRS"] {
             env["XDG_DATA_DIRS"] = dataDirs
         }
+        env.merge(extra) { $1 }
         environment = env
 
         // The daemon prints its address once it listens.
         let addressFile = root + "/address"
-        daemon = try spawn(
+        daemon = try Self.spawn(
             "/usr/bin/dbus-daemon", ["--config-file=\(root)/bus.conf", "--nofork", "--print-address=1"],
             environment: env, stdout: addressFile, stderr: root + "/daemon.log")
         for _ in 0..<500 {
             if let text = try? String(contentsOfFile: addressFile, encoding: .utf8), text.contains("\n") { return }
             usleep(10_000)
         }
-        throw PrivateDconfError.daemonDidNotStart
+        throw TestSupportError("dbus-daemon did not start (\(root)/daemon.log)")
     }
 
     deinit {
@@ -76,20 +80,22 @@ final class PrivateDconf {
         try? FileManager.default.removeItem(atPath: root)
     }
 
-    struct Output {
-        let status: Int32
-        let stdout: String
-        let stderr: String
+    public struct Output: Sendable {
+        public let status: Int32
+        public let stdout: String
+        public let stderr: String
         /// stdout split into lines, without the final empty one.
-        var lines: [String] { stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init) }
+        public var lines: [String] {
+            stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+        }
     }
 
     /// Runs a program in the private environment (plus `extra`).
-    func run(_ program: String, _ arguments: [String], extra: [String: String] = [:]) throws -> Output {
+    public func run(_ program: String, _ arguments: [String], extra: [String: String] = [:]) throws -> Output {
         let id = UUID().uuidString
         let outPath = root + "/out-" + id
         let errPath = root + "/err-" + id
-        let pid = try spawn(
+        let pid = try Self.spawn(
             program, arguments, environment: environment.merging(extra) { $1 }, stdout: outPath, stderr: errPath)
         var status: Int32 = 0
         while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
@@ -104,74 +110,50 @@ final class PrivateDconf {
         return output
     }
 
-    /// Runs gsettings-backend-probe with these commands; its output lines.
-    func probe(_ commands: String..., extra: [String: String] = [:]) throws -> [String] {
-        let output = try run(Self.probePath, commands, extra: extra)
-        #expect(output.status == 0, "probe exited \(output.status): \(output.stdout)")
-        return output.lines
-    }
-
     /// `gsettings get SCHEMA KEY`, trimmed.
-    func gsettingsGet(_ schema: String, _ key: String) throws -> String {
+    public func gsettingsGet(_ schema: String, _ key: String) throws -> String {
         try run("/usr/bin/gsettings", ["get", schema, key]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// `dconf read PATH`, trimmed: empty when the key is unset.
-    func dconfRead(_ path: String) throws -> String {
+    public func dconfRead(_ path: String) throws -> String {
         try run("/usr/bin/dconf", ["read", path]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    /// The probe is built next to the test bundle.
-    static let probePath: String = {
-        let candidates: [String?] = [
-            Bundle.main.executableURL?.deletingLastPathComponent().path,
-            URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path,
-        ]
-        for case let dir? in candidates where FileManager.default.isExecutableFile(atPath: dir + "/gsettings-backend-probe") {
-            return dir + "/gsettings-backend-probe"
+    /// posix_spawn with an empty signal mask and default signal handling. Not
+    /// Foundation's Process: it spawns with the calling thread's mask, in which
+    /// SIGTERM can be blocked, and then neither dbus-daemon nor dconf-service
+    /// (which raises SIGTERM on itself when its bus closes) ever exits.
+    private static func spawn(
+        _ program: String, _ arguments: [String], environment: [String: String], stdout: String, stderr: String
+    ) throws -> pid_t {
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        var all = sigset_t()
+        sigfillset(&all)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        posix_spawn_file_actions_addopen(&actions, 2, stderr, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+
+        let argv = ([program] + arguments).map { strdup($0) } + [nil]
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
         }
-        return (candidates.compactMap { $0 }.first ?? ".") + "/gsettings-backend-probe"
-    }()
-}
-
-enum PrivateDconfError: Error {
-    case daemonDidNotStart
-    case spawnFailed(String, Int32)
-}
-
-/// posix_spawn with an empty signal mask and default signal handling. Not
-/// Foundation's Process: it spawns with the calling thread's mask, in which
-/// SIGTERM can be blocked, and then neither dbus-daemon nor dconf-service
-/// (which raises SIGTERM on itself when its bus closes) ever exits.
-func spawn(
-    _ program: String, _ arguments: [String], environment: [String: String], stdout: String, stderr: String
-) throws -> pid_t {
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    defer { posix_spawnattr_destroy(&attributes) }
-    var empty = sigset_t()
-    sigemptyset(&empty)
-    posix_spawnattr_setsigmask(&attributes, &empty)
-    var all = sigset_t()
-    sigfillset(&all)
-    posix_spawnattr_setsigdefault(&attributes, &all)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-    posix_spawn_file_actions_addopen(&actions, 2, stderr, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-
-    let argv = ([program] + arguments).map { strdup($0) } + [nil]
-    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-    defer {
-        argv.forEach { free($0) }
-        envp.forEach { free($0) }
+        var pid: pid_t = 0
+        let result = posix_spawn(&pid, program, &actions, &attributes, argv, envp)
+        guard result == 0 else { throw TestSupportError("cannot start \(program): \(String(cString: strerror(result)))") }
+        return pid
     }
-    var pid: pid_t = 0
-    let result = posix_spawn(&pid, program, &actions, &attributes, argv, envp)
-    guard result == 0 else { throw PrivateDconfError.spawnFailed(program, result) }
-    return pid
 }

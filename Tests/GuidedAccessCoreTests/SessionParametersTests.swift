@@ -1,16 +1,16 @@
 import Testing
 @testable import GuidedAccessCore
 
-@Suite struct SessionOptionsTests {
+@Suite struct SessionParametersTests {
     let defaults = SessionDefaults(timeLimitSec: 600, inhibitSleep: true, zoomFactor: 2.0, textScale: 1.5)
 
-    func parse(_ options: [String: OptionValue]) throws(GuidedAccessError) -> SessionOptions {
-        try SessionOptions(parsing: options, defaults: defaults)
+    func parse(_ options: [String: OptionValue]) throws(GuidedAccessError) -> SessionParameters {
+        try SessionParameters(parsing: options, defaults: defaults)
     }
 
     @Test func noOptionsTakeTheDefaults() throws {
         let options = try parse([:])
-        #expect(options == SessionOptions(timeLimitSec: 600, features: [], zoomFactor: 2.0, textScale: 1.5, inhibitSleep: true))
+        #expect(options == SessionParameters(timeLimitSec: 600, features: [], zoomFactor: 2.0, textScale: 1.5, inhibitSleep: true))
     }
 
     @Test func everyOptionIsTaken() throws {
@@ -18,7 +18,7 @@ import Testing
             "time-limit": .uint64(2_678_400), "features": .stringArray(["zoom", "grayscale"]),
             "zoom-factor": .double(32.0), "text-scale": .double(1.0), "inhibit-sleep": .bool(false),
         ])
-        #expect(options == SessionOptions(
+        #expect(options == SessionParameters(
             timeLimitSec: 2_678_400, features: [.zoom, .grayscale], zoomFactor: 32.0, textScale: 1.0, inhibitSleep: false))
     }
 

@@ -31,17 +31,6 @@ public enum Feature: String, CaseIterable, Hashable, Sendable, Comparable, Custo
         return features
     }
 
-    /// Throws `UnsupportedFeature` naming the first (in sorted order) feature
-    /// of `features` that is not in `supported`.
-    public static func requireSupported(
-        _ features: Set<Feature>, supported: Set<Feature>
-    ) throws(GuidedAccessError) {
-        if let missing = features.subtracting(supported).sorted().first {
-            throw .unsupportedFeature(
-                "feature '\(missing)' is not supported by this system's settings backend")
-        }
-    }
-
     /// Wire-name order, so every sorted list the API sends is sorted as strings.
     public static func < (a: Feature, b: Feature) -> Bool { a.rawValue < b.rawValue }
 }

@@ -1,0 +1,92 @@
+/// Where the service is on the bus, and the names of its members: the
+/// coordinates every side of the API (the service, the client library, the
+/// command-line tool, the tests) takes from here.
+public enum GuidedAccessBus {
+    /// The well-known bus name, on the system bus (system mode) or the
+    /// kiosk user's session bus (user mode).
+    public static let name = "org.guidedaccess.GuidedAccess1"
+    /// The one object the service exports.
+    public static let path = "/org/guidedaccess/GuidedAccess1"
+    /// The interface of that object.
+    public static let interface = "org.guidedaccess.GuidedAccess1"
+    /// The prefix of the service's own error names.
+    public static let errorPrefix = "org.guidedaccess.GuidedAccess1.Error."
+}
+
+/// The methods of `org.guidedaccess.GuidedAccess1`.
+public enum GuidedAccessMethod: String, CaseIterable, Sendable {
+    case startSession = "StartSession"
+    case endSession = "EndSession"
+    case configureForSession = "ConfigureForSession"
+    case registerRestrictions = "RegisterRestrictions"
+    case unregisterRestrictions = "UnregisterRestrictions"
+    case setRestrictionState = "SetRestrictionState"
+    case getRestrictionState = "GetRestrictionState"
+    case listRestrictions = "ListRestrictions"
+}
+
+/// The properties of `org.guidedaccess.GuidedAccess1`.
+public enum GuidedAccessProperty: String, CaseIterable, Sendable {
+    case sessionActive = "SessionActive"
+    case sessionOwner = "SessionOwner"
+    case sessionDeadline = "SessionDeadline"
+    case enabledFeatures = "EnabledFeatures"
+    case supportedFeatures = "SupportedFeatures"
+    case desktop = "Desktop"
+    case backend = "Backend"
+    case version = "Version"
+}
+
+/// The signals of `org.guidedaccess.GuidedAccess1`.
+public enum GuidedAccessSignal: String, CaseIterable, Sendable {
+    /// `(b active, s reason)`; the reason is a `SessionChangeReason`.
+    case sessionChanged = "SessionChanged"
+    /// `(s identifier, s state)`.
+    case restrictionChanged = "RestrictionChanged"
+}
+
+/// Why a session began or ended: the `reason` of `SessionChanged`.
+public enum SessionChangeReason: String, CaseIterable, Sendable, CustomStringConvertible {
+    case started
+    /// Taken over by a caller with the departed owner's identity.
+    case resumed
+    /// By its owner (or a caller taking over).
+    case ended
+    /// Its time limit passed.
+    case timeLimit = "time-limit"
+    /// By an operator who does not own it.
+    case endedByOperator = "ended-by-operator"
+
+    public var description: String { rawValue }
+}
+
+/// The keys of StartSession's options (`a{sv}`), with the D-Bus type of each value.
+public enum SessionOptionKey: String, CaseIterable, Sendable, Comparable, CustomStringConvertible {
+    case features
+    case inhibitSleep = "inhibit-sleep"
+    case textScale = "text-scale"
+    case timeLimit = "time-limit"
+    case zoomFactor = "zoom-factor"
+
+    /// The value's D-Bus signature.
+    public var signature: String {
+        switch self {
+        case .features: return "as"
+        case .inhibitSleep: return "b"
+        case .textScale, .zoomFactor: return "d"
+        case .timeLimit: return "t"
+        }
+    }
+
+    public var description: String { rawValue }
+
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// The ranges the spec sets for StartSession's options.
+public enum SessionLimits {
+    /// 31 days, in seconds.
+    public static let maxTimeLimitSec: UInt64 = 2_678_400
+    public static let zoomFactor: ClosedRange<Double> = 1.0...32.0
+    public static let textScale: ClosedRange<Double> = 1.0...3.0
+}

@@ -1,0 +1,319 @@
+import DBus
+import GuidedAccessCore
+import GuidedAccessWire
+
+/// StartSession, ConfigureForSession and EndSession; the owner's connection
+/// and the time limit.
+extension GuidedAccessService {
+    // MARK: Handlers
+
+    func startSession(_ call: MethodCall, _ raw: [String: Variant]) async throws {
+        let parameters = try SessionParameters(parsing: raw.mapValues(Self.optionValue), defaults: settings.defaults)
+        try requireSupported(parameters.features)
+        let method = SessionMethod.startSession(hasOptions: !raw.isEmpty)
+
+        let caller = try await identify(call)
+        try await admit(settings.policy.admission(for: method, session: session, caller: caller), call)
+
+        switch try Session.decide(method, session: session, caller: caller) {
+        case .takeOver:
+            try takeOver(by: caller)
+            let generation = store.generation
+            await tookOver(by: caller)
+            guard store.isCurrent(generation) else { return }  // ended meanwhile: its end was announced
+            await emitSessionChanged(active: true, .resumed)
+        case .start:
+            try store.begin(Session(owner: caller, options: parameters, nowUsec: Self.nowUsec()))
+            let generation = store.generation
+            let new = session!
+            let started = programsTurnedOn(from: [], to: new.features)
+            if !started.isEmpty {
+                do {
+                    try await startPrograms(started, for: generation)
+                } catch {
+                    abandon(generation)
+                    throw error
+                }
+                guard store.isCurrent(generation) else { return }
+            }
+            logger.notice(
+                "session started by \(caller.uniqueName) (\(caller.identity.ownerIdentity)), features \(new.features.sortedWireNames)")
+            settings.audit.record(
+                .sessionStarted, caller: caller.identity, "guided access session started by \(caller.identity.ownerIdentity)",
+                fields: [
+                    "OWNER": caller.uniqueName, "FEATURES": new.features.sortedWireNames.joined(separator: " "),
+                    "DEADLINE_USEC": String(new.deadlineUsec),
+                ])
+            scheduleDeadline()
+            // Announced before the first wait for the bus; after each wait,
+            // nothing more if the session ended meanwhile (an EndSession
+            // queued behind this one): no "started" after "ended", no sleep
+            // inhibitor for a session that is gone.
+            await announce()
+            await emitSessionChanged(active: true, .started)
+            await watchOwner(caller.uniqueName)
+            guard store.isCurrent(generation) else { return }
+            if new.inhibitSleep { await inhibitor.acquire() }
+        case .asOwner, .needsOperator:
+            throw GuidedAccessError.sessionBusy("a session is active")
+        }
+    }
+
+    func configureForSession(_ call: MethodCall, _ names: [String], _ enabled: Bool) async throws {
+        guard !names.isEmpty else { throw GuidedAccessError.invalidArgs("the list of features is empty") }
+        let requested = try Feature.parse(names)
+        if enabled { try requireSupported(requested) }
+
+        let caller = try await identify(call)
+        let generation = store.generation
+        try await admit(settings.policy.admission(for: .configureForSession, session: session, caller: caller), call)
+
+        try requireSameSession(generation, orNone: true)
+        let decision = try Session.decide(.configureForSession, session: session, caller: caller)
+        if decision == .takeOver { try takeOver(by: caller) }
+        let before = session!.features
+        let features = enabled ? before.union(requested) : before.subtracting(requested)
+        if features != before {
+            stopPrograms(of: try store.setFeatures(features))
+            journalSoonIfBehind()
+        }
+        if decision == .takeOver { await tookOver(by: caller) }
+        guard features != before else {
+            // On already — but its program may have been given up on: turning
+            // it on again starts it again.
+            let given = programFeatures.intersection(requested).filter { session?.programs[$0] == nil }
+            if enabled, !given.isEmpty { try await startPrograms(given, for: generation) }
+            return
+        }
+        let started = programsTurnedOn(from: before, to: features)
+        if !started.isEmpty {
+            do {
+                try await startPrograms(started, for: generation)
+            } catch {
+                turnOff(features.subtracting(before), for: generation)
+                await announce()
+                throw error
+            }
+        }
+        logger.info("features \(enabled ? "on" : "off"): \(requested.sortedWireNames); now \(features.sortedWireNames)")
+        settings.audit.record(
+            .featuresChanged, caller: caller.identity,
+            "features \(requested.sortedWireNames.joined(separator: ", ")) turned \(enabled ? "on" : "off")",
+            fields: [
+                "CHANGED": requested.sortedWireNames.joined(separator: " "), "ENABLED": enabled ? "true" : "false",
+                "FEATURES": features.sortedWireNames.joined(separator: " "),
+            ])
+        await announce()
+    }
+
+    func endSessionCall(_ call: MethodCall) async throws {
+        let caller = try await identify(call)
+        let generation = store.generation
+        let admission = settings.policy.admission(for: .endSession, session: session, caller: caller)
+        try await admit(admission, call)
+        // Ending someone else's session takes an operator. Asked in the same
+        // wait as the admission, for the session there is now; polkit
+        // already granted end-session if the admission asked it.
+        let operatorAsked: Bool
+        if admission == .admitted, !settings.policy.isOperator(caller.identity),
+            (try? Session.decide(.endSession, session: session, caller: caller)) == .needsOperator
+        {
+            try await settings.authority.authorize(
+                action: PolkitAction.endSession.id, busName: caller.uniqueName,
+                interactive: call.allowInteractiveAuthorization)
+            operatorAsked = true
+        } else {
+            operatorAsked = admission != .admitted
+        }
+
+        try requireSameSession(generation, orNone: true)
+        var reason = SessionChangeReason.ended
+        switch try Session.decide(.endSession, session: session, caller: caller) {
+        case .needsOperator:
+            // The session changed hands while this call waited, and the
+            // caller was not asked about as an operator for that.
+            guard operatorAsked || settings.policy.isOperator(caller.identity) else {
+                throw GuidedAccessError.notAuthorized(
+                    "\(caller.uniqueName) (\(caller.identity.ownerIdentity)) does not own the session of \(session!.ownerIdentity)")
+            }
+            reason = .endedByOperator
+        case .takeOver:
+            try takeOver(by: caller)
+        case .asOwner, .start:
+            break
+        }
+        try await endSession(reason: reason, by: caller)
+    }
+
+    /// A call is admitted for the session there is once its caller is known,
+    /// then may wait (polkit) while other calls run: that session may have
+    /// ended meanwhile, and another — perhaps of another owner — begun. It
+    /// must not act on that one.
+    ///
+    /// `orNone`: also passes when there is no session at all (the call's own
+    /// checks then report NotInSession as the spec orders the errors).
+    private func requireSameSession(_ generation: UInt64, orNone: Bool = false) throws(GuidedAccessError) {
+        if orNone, session == nil { return }
+        guard store.isCurrent(generation) else {
+            throw .notInSession("the session ended while this call waited")
+        }
+    }
+
+    /// Puts every written key back, allows every restriction again, forgets
+    /// the session. On a backend failure the session stays, nothing is lost.
+    func endSession(reason: SessionChangeReason, by endedBy: BusCaller? = nil) async throws {
+        let ending = try store.end()
+        stopPrograms(of: Set(programs.keys))
+        deadlineTask?.cancel()
+        deadlineTask = nil
+        journalRefresh?.cancel()
+        journalRefresh = nil
+        let watch = ownerWatch
+        ownerWatch = nil
+        inhibitor.release()
+        if let problem = ending.journalProblem { logger.critical("\(problem)") }
+        logger.notice("session ended (\(reason)); \(ending.session.snapshot.count) keys restored")
+        settings.audit.record(
+            .sessionEnded, caller: endedBy?.identity, "guided access session ended (\(reason))",
+            fields: ["REASON": reason.rawValue, "RESTORED_KEYS": String(ending.session.snapshot.count)])
+        // The signals go out before the one wait for the bus below, so none
+        // can follow what calls queued behind this one announce.
+        for identifier in ending.allowedAgain { await emitRestrictionChanged(identifier, .allow) }
+        await announce()
+        await emitSessionChanged(active: false, reason)
+        if let watch { await connection.unsubscribe(watch) }
+    }
+
+    // MARK: The journal after keys were given back
+
+    /// Keys given back leave the snapshot only after their restore was
+    /// written, so the journal written before it still lists them; a restart
+    /// would then have to guess whether they are still owed (`RecoveryPlan`).
+    /// The journal is written again once calls have paused for
+    /// `journalRefreshDelay` — off every call's path, and once for a burst
+    /// of calls. Any journal write in between makes it unnecessary.
+    func journalSoonIfBehind() {
+        journalRefresh?.cancel()
+        journalRefresh = nil
+        guard store.journalBehind else { return }
+        let loop = connection.loop
+        journalRefresh = Task(executorPreference: loop) { [self] in
+            do {
+                try await loop.sleep(for: Self.journalRefreshDelay)
+            } catch {
+                return  // cancelled: a later write or a later turn-off takes over
+            }
+            await refreshJournal()
+        }
+    }
+
+    static let journalRefreshDelay: Duration = .milliseconds(250)
+
+    private func refreshJournal() {
+        journalRefresh = nil
+        do {
+            try store.refreshJournal()
+        } catch {
+            logger.error("cannot bring the journal up to date after a feature was turned off: \(error)")
+        }
+    }
+
+    // MARK: Owner tracking
+
+    /// The caller becomes the owner of the session whose owner is gone.
+    private func takeOver(by caller: BusCaller) throws(GuidedAccessError) {
+        try store.change { $0.takeOver(by: caller) }
+        logger.notice("session taken over by \(caller.uniqueName) (\(caller.identity.ownerIdentity))")
+        settings.audit.record(
+            .sessionResumed, caller: caller.identity, "guided access session resumed by \(caller.identity.ownerIdentity)",
+            fields: ["OWNER": caller.uniqueName])
+    }
+
+    /// After a take-over: the new owner is followed and `SessionOwner` announced.
+    private func tookOver(by caller: BusCaller) async {
+        await announce()
+        await watchOwner(caller.uniqueName)
+    }
+
+    /// Follows the owner's connection through NameOwnerChanged; a signal,
+    /// not polling.
+    func watchOwner(_ owner: String) async {
+        if let old = ownerWatch {
+            ownerWatch = nil
+            await connection.unsubscribe(old)
+        }
+        do {
+            let watch = try await connection.subscribe(.nameOwnerChanged(for: owner)) { [self] message in
+                guard case .string(let newOwner)? = try? message.arguments().last, newOwner.isEmpty else { return }
+                Task(executorPreference: connection.loop) { await self.ownerLeft(owner) }
+            }
+            // Other calls ran while this waited: the session may have ended,
+            // changed hands, or had its owner watched by a later call.
+            guard session?.owner == owner, ownerWatch == nil else {
+                await connection.unsubscribe(watch)
+                return
+            }
+            ownerWatch = watch
+            // It may have left before the match was in place.
+            if (try? await connection.nameOwner(owner)) != owner { await ownerLeft(owner) }
+        } catch {
+            logger.error("cannot watch the session owner \(owner): \(error)")
+        }
+    }
+
+    private func ownerLeft(_ owner: String) async {
+        guard session?.owner == owner else { return }
+        if let problem = store.note({ $0.connectionLeft(owner) }) { logger.error("\(problem)") }
+        logger.notice("the session owner \(owner) left the bus; the session stays for its successor")
+        let watch = ownerWatch
+        ownerWatch = nil
+        if let watch { await connection.unsubscribe(watch) }
+        await announce()
+    }
+
+    // MARK: Time limit
+
+    /// One timer for the deadline — nothing wakes the service otherwise.
+    func scheduleDeadline() {
+        deadlineTask?.cancel()
+        deadlineTask = nil
+        guard let deadline = session?.deadlineUsec, deadline != 0 else { return }
+        deadlineTask = Task(executorPreference: connection.loop) { [self] in
+            var backoff: Duration = .seconds(1)
+            let now = Self.nowUsec()
+            if deadline > now {
+                do {
+                    try await connection.loop.sleep(for: .microseconds(deadline - now))
+                } catch {
+                    return
+                }
+            }
+            while !Task.isCancelled {
+                do {
+                    try await timeLimitReached(deadline)
+                    return
+                } catch {
+                    logger.error("ending the session at its time limit failed: \(error); retrying in \(backoff)")
+                    try? await connection.loop.sleep(for: backoff)
+                    backoff = min(backoff * 2, .seconds(60))
+                }
+            }
+        }
+    }
+
+    private func timeLimitReached(_ deadline: UInt64) async throws {
+        guard let current = session, current.deadlineUsec == deadline else { return }
+        try await endSession(reason: .timeLimit)
+    }
+
+    static func optionValue(_ variant: Variant) -> OptionValue {
+        switch variant.value {
+        case .uint64(let v): return .uint64(v)
+        case .double(let v): return .double(v)
+        case .bool(let v): return .bool(v)
+        case .array(.string, let items):
+            return .stringArray(items.compactMap { if case .string(let s) = $0 { s } else { nil } })
+        default: return .other(signature: variant.value.type.signature)
+        }
+    }
+}

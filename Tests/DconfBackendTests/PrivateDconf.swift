@@ -1,1 +1,0 @@
-../GSettingsBackendTests/PrivateDconf.swift
