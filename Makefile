@@ -1,5 +1,6 @@
 # Build and install guidedaccessd with its systemd, D-Bus and polkit files.
 #   make                       release build (Swift standard library linked statically)
+#   make build PRODUCT=NAME    another product built the same way (the benchmarks' helpers)
 #   make install DESTDIR=...   install under PREFIX (default /usr)
 #   make check-system-files    validate the system files on a staged install
 
@@ -23,8 +24,20 @@ SUBST = sed -e 's|@libexecdir@|$(LIBEXECDIR)|g'
 .PHONY: all build install check-system-files
 all: build
 
+# The release build as it ships, and the one the benchmarks measure
+# (scripts/lib.sh release_build): the Swift standard library linked in, and
+# every module compiled without the implicit import of _StringProcessing
+# (Regex and the String algorithms on it), so none can use it: one
+# `text.contains("ab")` would link all of it into the static binary, 1.2 MB
+# more text. On the command line, not in Package.swift: SwiftPM refuses a
+# dependency by version (a kiosk app on GuidedAccessClient) whose targets have
+# unsafeFlags. A plain `swift build` compiles the same sources without it.
+SWIFT_RELEASE_BUILD = swift build -c release --static-swift-stdlib \
+    -Xswiftc -Xfrontend -Xswiftc -disable-implicit-string-processing-module-import
+PRODUCT = guidedaccessd
+
 build:
-	swift build -c release --static-swift-stdlib --product guidedaccessd
+	$(SWIFT_RELEASE_BUILD) --product $(PRODUCT)
 
 .build/release/guidedaccessd: build
 

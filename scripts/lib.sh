@@ -2,6 +2,20 @@
 
 repo_root() { cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd; }
 
+# release_build [PRODUCT]: PRODUCT (default guidedaccessd) built as the
+# Makefile builds what ships (`make build`: release, Swift standard library
+# linked in, no _StringProcessing), so benchmarks measure that and every
+# release build shares one set of compiled modules. Quiet unless it fails;
+# the binary is then in $(swift build -c release --show-bin-path).
+release_build() {
+    local log
+    log=$(make -s -C "$(repo_root)" build PRODUCT="${1:-guidedaccessd}" 2>&1) || {
+        echo "$log" >&2
+        echo "release_build: make build PRODUCT=${1:-guidedaccessd} failed" >&2
+        return 1
+    }
+}
+
 # start_private_bus DIR [TYPE]: a dbus-daemon of our own on DIR/bus, with a
 # policy that admits any user; sets BUS_ADDRESS and BUS_PID.
 start_private_bus() {

@@ -1,7 +1,7 @@
 import CGio
 
-/// An error reading a key file. `message` names the file, and where it applies
-/// the line, group, key and raw value, followed by GLib's own words.
+/// An error reading a key file. `message` names the file, and for a syntax
+/// error the line, followed by GLib's own words.
 public struct KeyFileError: Error, Hashable, Sendable, CustomStringConvertible {
     public enum Kind: Hashable, Sendable {
         /// The file (or drop-in directory) does not exist.
@@ -10,27 +10,18 @@ public struct KeyFileError: Error, Hashable, Sendable, CustomStringConvertible {
         case unreadable
         /// GLib's key-file parser rejected it.
         case syntax
-        /// A value does not have the type the caller asked for.
-        case invalidValue
     }
 
     public let kind: Kind
     public let file: String
     /// The 1-based line GLib's parser stopped at, for `.syntax`.
     public let line: Int?
-    public let group: String?
-    public let key: String?
     public let message: String
 
-    public init(
-        _ kind: Kind, file: String, line: Int? = nil, group: String? = nil, key: String? = nil,
-        message: String
-    ) {
+    public init(_ kind: Kind, file: String, line: Int? = nil, message: String) {
         self.kind = kind
         self.file = file
         self.line = line
-        self.group = group
-        self.key = key
         self.message = message
     }
 
@@ -114,34 +105,6 @@ public final class KeyFile {
         return String(cString: value)
     }
 
-    /// `true` or `false` (GLib also takes `1` and `0`); nil when absent.
-    public func bool(group: String, key: String) throws(KeyFileError) -> Bool? {
-        try typed(group: group, key: key) { g_key_file_get_boolean(handle, group, key, &$0) != 0 }
-    }
-
-    /// A number in C locale notation; nil when absent.
-    public func double(group: String, key: String) throws(KeyFileError) -> Double? {
-        try typed(group: group, key: key) { g_key_file_get_double(handle, group, key, &$0) }
-    }
-
-    /// A non-negative decimal integer; nil when absent.
-    public func uint64(group: String, key: String) throws(KeyFileError) -> UInt64? {
-        // g_ascii_strtoull, under g_key_file_get_uint64, wraps "-1" around.
-        if let raw = string(group: group, key: key), raw.hasPrefix("-") {
-            throw invalidValue(group: group, key: key, raw: raw, reason: "is negative")
-        }
-        return try typed(group: group, key: key) { UInt64(g_key_file_get_uint64(handle, group, key, &$0)) }
-    }
-
-    /// A `;`-separated list (a trailing `;` is allowed, `\;` escapes one);
-    /// nil when absent.
-    public func stringList(group: String, key: String) throws(KeyFileError) -> [String]? {
-        try typed(group: group, key: key) {
-            var length: gsize = 0
-            return strings(g_key_file_get_string_list(handle, group, key, &length, &$0))
-        }
-    }
-
     /// Every key of every group, in file order.
     public var entries: [KeyFileEntry] {
         groups.flatMap { group in
@@ -153,17 +116,11 @@ public final class KeyFile {
         }
     }
 
-    /// The entries of `mainFile` followed by those of the `*.conf` drop-ins in
-    /// `mainFile.d/`, in name order: applying them in order lets later files
-    /// override earlier ones. A missing main file is an error unless
+    /// `mainFile` followed by the `*.conf` drop-ins in `mainFile.d/`, in name
+    /// order, loaded: applying their groups and entries in order lets later
+    /// files override earlier ones. A missing main file is an error unless
     /// `optional`; a missing drop-in directory is not. Hidden files and
     /// entries that are not regular files are skipped.
-    public static func loadLayered(mainFile: String, optional: Bool = false) throws(KeyFileError) -> [KeyFileEntry] {
-        try loadLayeredFiles(mainFile: mainFile, optional: optional).flatMap { $0.entries }
-    }
-
-    /// The files `loadLayered` reads, loaded, in the order they apply — for
-    /// callers that also need each file's groups (a group with no keys).
     public static func loadLayeredFiles(mainFile: String, optional: Bool = false) throws(KeyFileError) -> [KeyFile] {
         var files: [KeyFile] = []
         do {
@@ -176,24 +133,6 @@ public final class KeyFile {
     }
 
     // MARK: Internals
-
-    private func typed<T>(
-        group: String, key: String, _ get: (inout UnsafeMutablePointer<GError>?) -> T
-    ) throws(KeyFileError) -> T? {
-        guard let raw = string(group: group, key: key) else { return nil }
-        var error: UnsafeMutablePointer<GError>? = nil
-        let value = get(&error)
-        if error != nil {
-            throw invalidValue(group: group, key: key, raw: raw, reason: GLibError(error).message)
-        }
-        return value
-    }
-
-    private func invalidValue(group: String, key: String, raw: String, reason: String) -> KeyFileError {
-        KeyFileError(
-            .invalidValue, file: path, group: group, key: key,
-            message: "\(path): [\(group)] \(key)=\(raw): \(reason)")
-    }
 
     /// The `*.conf` files of `FILE.d/`, sorted by name (bytewise).
     private static func dropIns(of mainFile: String) throws(KeyFileError) -> [String] {

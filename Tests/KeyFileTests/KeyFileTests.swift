@@ -24,8 +24,13 @@ final class TemporaryDirectory {
     }
 }
 
+/// The entries of the files `KeyFile.loadLayeredFiles` loads, in the order they apply.
+func layeredEntries(_ mainFile: String, optional: Bool = false) throws(KeyFileError) -> [KeyFileEntry] {
+    try KeyFile.loadLayeredFiles(mainFile: mainFile, optional: optional).flatMap(\.entries)
+}
+
 @Suite struct KeyFileTests {
-    @Test func validFileGivesGroupsKeysRawAndTypedValues() throws {
+    @Test func validFileGivesGroupsKeysAndRawValues() throws {
         let dir = try TemporaryDirectory()
         let file = try dir.write(
             "guidedaccess.conf",
@@ -48,12 +53,6 @@ final class TemporaryDirectory {
         #expect(keyFile.string(group: "Session", key: "ZoomFactor") == "2.5")
         #expect(keyFile.string(group: "Session", key: "Title") == "'a b'")
         #expect(keyFile.string(group: "Session", key: "Missing") == nil)
-        #expect(try keyFile.double(group: "Session", key: "ZoomFactor") == 2.5)
-        #expect(try keyFile.bool(group: "Session", key: "Enabled") == true)
-        #expect(try keyFile.bool(group: "Restrictions", key: "Lock") == false)
-        #expect(try keyFile.uint64(group: "Session", key: "Timeout") == 300)
-        #expect(try keyFile.stringList(group: "Session", key: "Features") == ["zoom", "screen-reader"])
-        #expect(try keyFile.bool(group: "Session", key: "Missing") == nil)
         #expect(
             keyFile.entries.map { "\($0.group)/\($0.key)=\($0.rawValue)" } == [
                 "Session/Features=zoom;screen-reader", "Session/ZoomFactor=2.5", "Session/Enabled=true",
@@ -88,35 +87,6 @@ final class TemporaryDirectory {
         #expect(error?.message.hasPrefix(file + ": ") == true)
     }
 
-    @Test func listsSplitOnSemicolonsWithOrWithoutATrailingOne() throws {
-        let dir = try TemporaryDirectory()
-        let file = try dir.write(
-            "lists.conf", "[L]\nA=zoom;grayscale;\nB=zoom;grayscale\nC=one\nD=\nE=a\\;b;c;\n")
-        let keyFile = try KeyFile.load(path: file)
-        #expect(try keyFile.stringList(group: "L", key: "A") == ["zoom", "grayscale"])
-        #expect(try keyFile.stringList(group: "L", key: "B") == ["zoom", "grayscale"])
-        #expect(try keyFile.stringList(group: "L", key: "C") == ["one"])
-        #expect(try keyFile.stringList(group: "L", key: "D") == [])
-        #expect(try keyFile.stringList(group: "L", key: "E") == ["a;b", "c"])
-        #expect(try keyFile.stringList(group: "L", key: "Missing") == nil)
-    }
-
-    @Test func badTypedValueNamesFileGroupKeyAndRawValue() throws {
-        let dir = try TemporaryDirectory()
-        let file = try dir.write("t.conf", "[Session]\nEnabled=yes\nZoomFactor=2,5\nTimeout=-1\nCount=12abc\n")
-        let keyFile = try KeyFile.load(path: file)
-        let bool = #expect(throws: KeyFileError.self) { try keyFile.bool(group: "Session", key: "Enabled") }
-        #expect(bool?.kind == .invalidValue)
-        #expect(bool?.message.hasPrefix("\(file): [Session] Enabled=yes: ") == true)
-        #expect(bool?.group == "Session")
-        #expect(bool?.key == "Enabled")
-        let double = #expect(throws: KeyFileError.self) { try keyFile.double(group: "Session", key: "ZoomFactor") }
-        #expect(double?.message.hasPrefix("\(file): [Session] ZoomFactor=2,5: ") == true)
-        let negative = #expect(throws: KeyFileError.self) { try keyFile.uint64(group: "Session", key: "Timeout") }
-        #expect(negative?.message == "\(file): [Session] Timeout=-1: is negative")
-        #expect(throws: KeyFileError.self) { try keyFile.uint64(group: "Session", key: "Count") }
-    }
-
     @Test func dropInsFollowTheMainFileInNameOrder() throws {
         let dir = try TemporaryDirectory()
         let main = try dir.write("ga.conf", "[Session]\nZoomFactor=2.0\nEnabled=true\n")
@@ -127,7 +97,7 @@ final class TemporaryDirectory {
         try FileManager.default.createDirectory(
             atPath: dir.path + "/ga.conf.d/40-dir.conf", withIntermediateDirectories: true)
 
-        let entries = try KeyFile.loadLayered(mainFile: main)
+        let entries = try layeredEntries(main)
         #expect(
             entries == [
                 KeyFileEntry(file: main, group: "Session", key: "ZoomFactor", rawValue: "2.0"),
@@ -144,14 +114,14 @@ final class TemporaryDirectory {
     @Test func missingMainFileIsAnErrorUnlessOptional() throws {
         let dir = try TemporaryDirectory()
         let main = dir.path + "/ga.conf"
-        let error = #expect(throws: KeyFileError.self) { try KeyFile.loadLayered(mainFile: main) }
+        let error = #expect(throws: KeyFileError.self) { try layeredEntries(main) }
         #expect(error?.kind == .missing)
         #expect(error?.file == main)
-        #expect(try KeyFile.loadLayered(mainFile: main, optional: true) == [])
+        #expect(try layeredEntries(main, optional: true) == [])
 
         let dropIn = try dir.write("ga.conf.d/10-a.conf", "[Session]\nEnabled=false\n")
         #expect(
-            try KeyFile.loadLayered(mainFile: main, optional: true) == [
+            try layeredEntries(main, optional: true) == [
                 KeyFileEntry(file: dropIn, group: "Session", key: "Enabled", rawValue: "false")
             ])
     }
@@ -160,7 +130,7 @@ final class TemporaryDirectory {
         let dir = try TemporaryDirectory()
         let main = try dir.write("ga.conf", "[Session]\nEnabled=true\n")
         let broken = try dir.write("ga.conf.d/10-broken.conf", "[Session\nEnabled=true\n")
-        let error = #expect(throws: KeyFileError.self) { try KeyFile.loadLayered(mainFile: main) }
+        let error = #expect(throws: KeyFileError.self) { try layeredEntries(main) }
         #expect(error?.kind == .syntax)
         #expect(error?.file == broken)
         #expect(error?.line == 1)
