@@ -9,6 +9,13 @@
       connection as the floor (client + bus + dispatch, no work).
       Prints one line: `configure p50=… p90=… max=… get_p50=… (ms)`.
 
+  configure_latency.py dconf-change --address ADDR [--count N] [--feature F] [--interval MS]
+      The floor of ConfigureForSession's settings write: the same client
+      calling dconf-service's ca.desrt.dconf.Writer.Change directly with the
+      change set the service sends for F (its keys set, then reset), N times
+      alternating, each timed as `configure` times its calls.
+      Prints `dconf-change n=… p50=… p90=… max=… (ms)`.
+
   configure_latency.py first-reply --address ADDR --runs R -- COMMAND...
       R times: start COMMAND (the daemon), and poll NameHasOwner then
       Properties.Get(Version) every 1 ms until a reply arrives; the time is
@@ -90,6 +97,54 @@ def configure(options):
             percentile(gets, 50),
         )
     )
+
+
+# The keys each benchmarked feature writes when turned on (settings-mapping.md),
+# by dconf path, as GVariant type and value; turned off, they are reset.
+FEATURE_KEYS = {
+    "invert-colors": {
+        "/org/gnome/desktop/a11y/applications/screen-magnifier-enabled": ("b", True),
+        "/org/gnome/desktop/a11y/magnifier/mag-factor": ("d", 1.0),
+        "/org/gnome/desktop/a11y/magnifier/screen-position": ("s", "full-screen"),
+        "/org/gnome/desktop/a11y/magnifier/invert-lightness": ("b", True),
+    },
+    "high-contrast": {
+        "/org/gnome/desktop/a11y/interface/high-contrast": ("b", True),
+    },
+}
+
+
+def dconf_change(options):
+    from gi.repository import GLib
+
+    def changeset(on):
+        entries = {}
+        for path, (kind, value) in FEATURE_KEYS[options.feature].items():
+            entries[path] = GLib.Variant(kind, value) if on else None
+        data = GLib.Variant("a{smv}", entries).get_data_as_bytes().get_data()
+        return dbus.ByteArray(data)
+
+    sets = [changeset(True), changeset(False)]
+    bus = dbus.bus.BusConnection(options.address)
+
+    def change(on):
+        bus.call_blocking("ca.desrt.dconf", "/ca/desrt/dconf/Writer/user", "ca.desrt.dconf.Writer", "Change",
+                          "ay", [sets[0 if on else 1]], timeout=25.0)
+
+    for i in range(options.warmup):
+        change(i % 2 == 0)
+    if options.warmup % 2 == 1:
+        change(False)
+    times = []
+    for i in range(options.count):
+        if options.interval:
+            pause(options.interval / 1000.0, False)
+        start = time.perf_counter()
+        change(i % 2 == 0)
+        times.append((time.perf_counter() - start) * 1000.0)
+    change(False)
+    print("dconf-change n=%d p50=%.3f p90=%.3f max=%.3f (ms)"
+          % (len(times), percentile(times, 50), percentile(times, 90), max(times)))
 
 
 def first_reply(options):
@@ -184,6 +239,12 @@ def main():
     c.add_argument("--interval", type=float, default=0.0,
                    help="ms to wait before each timed call (isolated calls, not back to back)")
     c.add_argument("--spin", action="store_true", help="wait --interval by spinning, not sleeping")
+    d = sub.add_parser("dconf-change")
+    d.add_argument("--address", required=True)
+    d.add_argument("--count", type=int, default=400)
+    d.add_argument("--warmup", type=int, default=10)
+    d.add_argument("--feature", default="invert-colors", choices=sorted(FEATURE_KEYS))
+    d.add_argument("--interval", type=float, default=0.0)
     f = sub.add_parser("first-reply")
     f.add_argument("--address", required=True)
     f.add_argument("--runs", type=int, default=5)
@@ -200,6 +261,8 @@ def main():
         configure(options)
     elif options.what == "fsync":
         fsync_pattern(options)
+    elif options.what == "dconf-change":
+        dconf_change(options)
     else:
         if options.command and options.command[0] == "--":
             options.command = options.command[1:]

@@ -1,6 +1,7 @@
 import Glibc
 import GuidedAccessCore
 import Logging
+import Synchronization
 
 /// What the audit trail records: one structured journald record per event,
 /// with a stable MESSAGE_ID per kind so that `journalctl MESSAGE_ID=…` finds
@@ -39,10 +40,12 @@ public enum AuditEvent: String, Sendable, CaseIterable {
 public struct AuditLog: Sendable {
     public let socketPath: String
     let logger: Logger
+    private let journal: JournalSocket
 
     public init(socketPath: String = "/run/systemd/journal/socket", logger: Logger) {
         self.socketPath = socketPath
         self.logger = logger
+        journal = JournalSocket(path: socketPath)
     }
 
     public func record(
@@ -59,7 +62,7 @@ public struct AuditLog: Sendable {
             all.append(("GUIDEDACCESS_CALLER_UNIT", caller.systemdUnit ?? ""))
         }
         all += fields.sorted { $0.key < $1.key }.map { ("GUIDEDACCESS_" + $0.key, $0.value) }
-        if !send(all) {
+        if !journal.send(Self.datagram(all)) {
             // At the record's own priority: a refusal is a warning.
             let text = all.dropFirst().map { "\($0.0)=\($0.1)" }.joined(separator: " ")
             let level: Logger.Level = event.priority <= 3 ? .error : event.priority == 4 ? .warning : .notice
@@ -69,36 +72,74 @@ public struct AuditLog: Sendable {
 
     /// One datagram in journald's native format; values with a newline use
     /// its binary form (name, newline, 64-bit little-endian length, value).
-    private func send(_ fields: [(String, String)]) -> Bool {
+    static func datagram(_ fields: [(String, String)]) -> [UInt8] {
         var datagram: [UInt8] = []
+        datagram.reserveCapacity(512)
         for (name, value) in fields {
-            let bytes = Array(value.utf8)
-            datagram += Array(name.utf8)
-            if bytes.contains(UInt8(ascii: "\n")) {
+            datagram += name.utf8
+            if value.utf8.contains(UInt8(ascii: "\n")) {
                 datagram.append(UInt8(ascii: "\n"))
-                var length = UInt64(bytes.count).littleEndian
+                var length = UInt64(value.utf8.count).littleEndian
                 withUnsafeBytes(of: &length) { datagram += $0 }
             } else {
                 datagram.append(UInt8(ascii: "="))
             }
-            datagram += bytes
+            datagram += value.utf8
             datagram.append(UInt8(ascii: "\n"))
         }
-        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
+        return datagram
+    }
+}
+
+/// A datagram socket connected to journald's, made on first use and kept;
+/// made again once when a send fails (journald restarted).
+final class JournalSocket: Sendable {
+    let path: String
+    private let fd = Mutex<Int32>(-1)
+
+    init(path: String) {
+        self.path = path
+    }
+
+    deinit {
+        fd.withLock { if $0 >= 0 { close($0) } }
+    }
+
+    /// Whether journald took the datagram.
+    func send(_ datagram: [UInt8]) -> Bool {
+        fd.withLock { fd in
+            for attempt in 0..<2 {
+                if fd < 0 || attempt > 0 {
+                    if fd >= 0 { close(fd) }
+                    fd = connected()
+                    guard fd >= 0 else { return false }
+                }
+                let sent = datagram.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if sent == datagram.count { return true }
+            }
+            return false
+        }
+    }
+
+    private func connected() -> Int32 {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
-        let path = Array(socketPath.utf8)
-        guard path.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return -1 }
         withUnsafeMutableBytes(of: &address.sun_path) { buffer in
-            for (i, byte) in path.enumerated() { buffer[i] = byte }
+            for (i, byte) in bytes.enumerated() { buffer[i] = byte }
         }
-        let sent = withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                datagram.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), sa, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return -1 }
+        let result = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
-        return sent == datagram.count
+        guard result == 0 else {
+            close(fd)
+            return -1
+        }
+        return fd
     }
 }

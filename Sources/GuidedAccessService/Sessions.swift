@@ -95,13 +95,15 @@ extension GuidedAccessService {
                 throw error
             }
         }
-        logger.info("features \(enabled ? "on" : "off"): \(requested.sortedWireNames); now \(features.sortedWireNames)")
+        let changed = requested.sortedWireNames, now = features.sortedWireNames
+        logger.info(
+            "features \(enabled ? "on" : "off"): \(changed.joined(separator: ", ")); now \(now.joined(separator: ", "))")
         settings.audit.record(
             .featuresChanged, caller: caller.identity,
-            "features \(requested.sortedWireNames.joined(separator: ", ")) turned \(enabled ? "on" : "off")",
+            "features \(changed.joined(separator: ", ")) turned \(enabled ? "on" : "off")",
             fields: [
-                "CHANGED": requested.sortedWireNames.joined(separator: " "), "ENABLED": enabled ? "true" : "false",
-                "FEATURES": features.sortedWireNames.joined(separator: " "),
+                "CHANGED": changed.joined(separator: " "), "ENABLED": enabled ? "true" : "false",
+                "FEATURES": now.joined(separator: " "),
             ])
         await announce()
     }
