@@ -151,10 +151,8 @@ public final class DconfBackend: SettingsBackend {
         let wanted = lockOutsideSession ? values : [:]
         for (key, value) in wanted.sorted(by: { $0.key < $1.key }) { _ = try schemas.checked(value, for: key) }
         for path in [keyfilePath, locksPath, baselineKeyfilePath, baselineLocksPath] {
-            // Temporary files a crash mid-write left, if any: ours (`.X.tmp`),
-            // and `X.tmp` as earlier releases named them, which dconf would compile.
+            // A temporary file a crash mid-write left, if any.
             unlink(temporaryPath(of: path))
-            unlink(path + ".tmp")
         }
         do {
             try writeLayer(imposed, keyfile: keyfilePath, locks: locksPath)

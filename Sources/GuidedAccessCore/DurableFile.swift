@@ -136,45 +136,65 @@ extension DurableFile {
     /// Directories whose entries are known to be on disk as this process sees them.
     private static let syncedDirectories = Mutex<Set<String>>([])
 
+    /// For each path, the slot this process last renamed over it: the other
+    /// one is looked at first. Only an order; nothing is assumed from it.
+    private static let lastSlots = Mutex<[String: Int]>([:])
+
     private static func writeRecycled(
         _ path: String, _ bytes: [UInt8], mode: mode_t, slots: [String], fresh: String, directory: String
     ) throws(FileError) {
-        let slot = try freeSlot(slots, besides: path)
+        let (index, found) = try freeSlot(slots, besides: path)
+        let slot = slots[index]
 
-        let fd = open(slot, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode)
+        // No fstat: the status `freeSlot` read is the opened file's. Were the
+        // slot replaced between the lstat and the open, its check that only
+        // the slot's name links the file would be void as well; the slots
+        // have one writer (two would pick the same slot). Hence no O_CREAT
+        // for a slot that was there: had it gone meanwhile, this fails. A
+        // missing slot is created (O_EXCL: not one that appeared meanwhile),
+        // so it is empty, with the umask's mode, and gets size and mode below.
+        let fd = found == nil
+            ? open(slot, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+            : open(slot, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw FileError(path: slot, operation: "open", errno: errno) }
         var failure: FileError?
-        var padded = bytes
         let size = (bytes.count + 4095) / 4096 * 4096
-        if size > padded.count {
-            padded.append(contentsOf: repeatElement(0x20, count: size - padded.count - 1))
-            padded.append(0x0A)
+        let padded = bytes.count == size ? bytes : [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
+            let end = buffer.initialize(fromContentsOf: bytes)
+            buffer[end..<size - 1].initialize(repeating: 0x20)
+            buffer[size - 1] = 0x0A
+            count = size
         }
-        var status = stat()
-        if fstat(fd, &status) != 0 { failure = FileError(path: slot, operation: "fstat", errno: errno) }
         var offset = 0
-        while failure == nil, offset < padded.count {
+        while offset < padded.count {
             let n = padded.withUnsafeBytes { pwrite(fd, $0.baseAddress! + offset, $0.count - offset, off_t(offset)) }
             if n < 0 {
                 if errno == EINTR { continue }
                 failure = FileError(path: slot, operation: "write", errno: errno)
-            } else {
-                offset += n
+                break
             }
+            offset += n
         }
-        if failure == nil, status.st_size != off_t(size), ftruncate(fd, off_t(size)) != 0 {
+        if failure == nil, (found?.st_size ?? 0) != off_t(size), ftruncate(fd, off_t(size)) != 0 {
             failure = FileError(path: slot, operation: "ftruncate", errno: errno)
         }
-        if failure == nil, status.st_mode & 0o7777 != mode, fchmod(fd, mode) != 0 {
+        if failure == nil, found.map({ $0.st_mode & 0o7777 != mode }) ?? true, fchmod(fd, mode) != 0 {
             failure = FileError(path: slot, operation: "fchmod", errno: errno)
         }
         if failure == nil, fdatasync(fd) != 0 { failure = FileError(path: slot, operation: "fdatasync", errno: errno) }
         if close(fd) != 0, failure == nil { failure = FileError(path: slot, operation: "close", errno: errno) }
         if let failure { throw failure }
 
-        // A `.new` left by a crash between link and rename is stale.
-        if unlink(fresh) != 0, errno != ENOENT { throw FileError(path: fresh, operation: "unlink", errno: errno) }
-        guard link(slot, fresh) == 0 else {
+        // `.new` is there only if a crash came between link and rename: then
+        // it is stale, and removed. Not unlinked beforehand on every call,
+        // where it would fail with ENOENT nearly always: link fails with
+        // EEXIST instead, and changes nothing.
+        var linked = link(slot, fresh) == 0
+        if !linked, errno == EEXIST {
+            if unlink(fresh) != 0, errno != ENOENT { throw FileError(path: fresh, operation: "unlink", errno: errno) }
+            linked = link(slot, fresh) == 0
+        }
+        guard linked else {
             let code = errno
             guard code == EPERM || code == EOPNOTSUPP else { throw FileError(path: fresh, operation: "link", errno: code) }
             // No hard links here: a new temporary file each time.
@@ -186,28 +206,41 @@ extension DurableFile {
             unlink(fresh)
             throw FileError(path: path, operation: "rename", errno: code)
         }
+        lastSlots.withLock { $0[path] = index }
         try syncDirectory(directory)
     }
 
-    /// The slot to write: one that only its own name links, or a missing one;
-    /// else one that is not `path`'s file, unlinked (its copies keep it) to
-    /// be made anew.
-    private static func freeSlot(_ slots: [String], besides path: String) throws(FileError) -> String {
+    /// The slot to write, with its status; nil for a missing one, to be
+    /// created. One that only its own name links (so not `path`'s file
+    /// either, which would be a second link), or a missing one; else one that
+    /// is not `path`'s file, unlinked (its copies keep it) to be made anew.
+    /// The slot not renamed over `path` last is looked at first, so `path`
+    /// needs no look in the steady state.
+    private static func freeSlot(_ slots: [String], besides path: String) throws(FileError) -> (Int, stat?) {
+        let first = lastSlots.withLock { $0[path] }.map { ($0 + 1) % slots.count } ?? 0
+        var statuses: [stat?] = Array(repeating: nil, count: slots.count)
+        for step in slots.indices {
+            let index = (first + step) % slots.count
+            var status = stat()
+            guard lstat(slots[index], &status) == 0 else {
+                if errno == ENOENT { return (index, nil) }
+                throw FileError(path: slots[index], operation: "lstat", errno: errno)
+            }
+            if status.st_mode & S_IFMT == S_IFREG, status.st_nlink == 1 { return (index, status) }
+            statuses[index] = status
+        }
         var current = stat()
         let pathExists = lstat(path, &current) == 0
-        var replaceable: String?
-        for slot in slots {
-            var status = stat()
-            guard lstat(slot, &status) == 0 else {
-                if errno == ENOENT { return slot }
-                throw FileError(path: slot, operation: "lstat", errno: errno)
-            }
+        var replaceable: Int?
+        for (index, status) in statuses.enumerated() {
+            guard let status else { continue }
             let isPath = pathExists && status.st_dev == current.st_dev && status.st_ino == current.st_ino
-            if status.st_mode & S_IFMT == S_IFREG, status.st_nlink == 1, !isPath { return slot }
-            if !isPath, replaceable == nil { replaceable = slot }
+            if !isPath, replaceable == nil { replaceable = index }
         }
-        let slot = replaceable ?? slots[1]
-        guard unlink(slot) == 0 || errno == ENOENT else { throw FileError(path: slot, operation: "unlink", errno: errno) }
-        return slot
+        let index = replaceable ?? slots.count - 1
+        guard unlink(slots[index]) == 0 || errno == ENOENT else {
+            throw FileError(path: slots[index], operation: "unlink", errno: errno)
+        }
+        return (index, nil)
     }
 }

@@ -36,64 +36,118 @@ enum JSON: Equatable {
 
     /// Indented, keys in the order given (callers sort them).
     func serialized() -> String {
-        var out = ""
-        write(into: &out, indent: 0)
-        return out + "\n"
+        String(decoding: serializedBytes(), as: UTF8.self)
     }
 
-    private func write(into out: inout String, indent: Int) {
-        let pad = String(repeating: "  ", count: indent + 1)
-        let closePad = String(repeating: "  ", count: indent)
+    /// `serialized()` in UTF-8, written straight into bytes: the journal is
+    /// written on every change, and building it through String appends (one
+    /// per character of a string) cost more than the system calls that store
+    /// it. `capacity` is reserved up front; the journal passes its block size.
+    func serializedBytes(reservingCapacity capacity: Int = 1024) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(capacity)
+        write(into: &out, indent: 0)
+        out.append(UInt8(ascii: "\n"))
+        return out
+    }
+
+    private func write(into out: inout [UInt8], indent: Int) {
         switch self {
-        case .null: out += "null"
-        case .bool(let b): out += b ? "true" : "false"
-        case .number(let n): out += n
+        case .null: JSON.append("null", to: &out)
+        case .bool(let b): JSON.append(b ? "true" : "false", to: &out)
+        case .number(let n): JSON.append(utf8Of: n, to: &out)
         case .string(let s): JSON.quote(s, into: &out)
         case .array(let items):
             guard !items.isEmpty else {
-                out += "[]"
+                JSON.append("[]", to: &out)
                 return
             }
-            out += "[\n"
+            JSON.append("[\n", to: &out)
             for (i, item) in items.enumerated() {
-                out += pad
+                JSON.pad(indent + 1, into: &out)
                 item.write(into: &out, indent: indent + 1)
-                out += i + 1 < items.count ? ",\n" : "\n"
+                JSON.append(i + 1 < items.count ? ",\n" : "\n", to: &out)
             }
-            out += closePad + "]"
+            JSON.pad(indent, into: &out)
+            out.append(UInt8(ascii: "]"))
         case .object(let members):
             guard !members.isEmpty else {
-                out += "{}"
+                JSON.append("{}", to: &out)
                 return
             }
-            out += "{\n"
+            JSON.append("{\n", to: &out)
             for (i, (key, value)) in members.enumerated() {
-                out += pad
+                JSON.pad(indent + 1, into: &out)
                 JSON.quote(key, into: &out)
-                out += " : "
+                JSON.append(" : ", to: &out)
                 value.write(into: &out, indent: indent + 1)
-                out += i + 1 < members.count ? ",\n" : "\n"
+                JSON.append(i + 1 < members.count ? ",\n" : "\n", to: &out)
             }
-            out += closePad + "}"
+            JSON.pad(indent, into: &out)
+            out.append(UInt8(ascii: "}"))
         }
     }
 
-    private static func quote(_ s: String, into out: inout String) {
-        out += "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
+    /// Byte by byte: the literals are a few bytes long, and a single append
+    /// is inlined where `append(contentsOf:)` is a call.
+    @inline(__always)
+    private static func append(_ literal: StaticString, to out: inout [UInt8]) {
+        // withUTF8Buffer, not utf8Start: a one-character literal may be stored as a scalar.
+        literal.withUTF8Buffer { for byte in $0 { out.append(byte) } }
+    }
+
+    private static func append(utf8Of text: String, to out: inout [UInt8]) {
+        if text.utf8.withContiguousStorageIfAvailable({ out.append(contentsOf: $0) }) == nil {
+            out.append(contentsOf: text.utf8)
+        }
+    }
+
+    /// Two spaces per level.
+    private static func pad(_ indent: Int, into out: inout [UInt8]) {
+        for _ in 0..<indent {
+            out.append(UInt8(ascii: " "))
+            out.append(UInt8(ascii: " "))
+        }
+    }
+
+    /// The string in quotes; `"`, `\`, and the control characters below
+    /// U+0020 escaped (`\n`, `\r`, `\t`, else `\u00xx` in lower-case hex),
+    /// everything else as it is, in UTF-8. Only ASCII bytes are ever escaped,
+    /// and every byte of a non-ASCII scalar's UTF-8 is 0x80 or more, so the
+    /// scan goes by bytes, and copies the runs between escapes whole.
+    private static func quote(_ s: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        if s.utf8.withContiguousStorageIfAvailable({ quote(utf8: $0, into: &out) }) == nil {
+            var contiguous = s
+            contiguous.makeContiguousUTF8()
+            contiguous.utf8.withContiguousStorageIfAvailable { quote(utf8: $0, into: &out) }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    private static func quote(utf8 bytes: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
+        var start = 0
+        for i in bytes.indices {
+            let byte = bytes[i]
+            guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+            if start < i { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<i])) }
+            start = i + 1
+            switch byte {
+            case UInt8(ascii: "\""): append("\\\"", to: &out)
+            case UInt8(ascii: "\\"): append("\\\\", to: &out)
+            case UInt8(ascii: "\n"): append("\\n", to: &out)
+            case UInt8(ascii: "\r"): append("\\r", to: &out)
+            case UInt8(ascii: "\t"): append("\\t", to: &out)
+            default:
+                let hex: StaticString = "0123456789abcdef"
+                append("\\u00", to: &out)
+                hex.withUTF8Buffer { digits in
+                    out.append(digits[Int(byte >> 4)])
+                    out.append(digits[Int(byte & 0x0F)])
+                }
             }
         }
-        out += "\""
+        if start < bytes.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start...])) }
     }
 
     // MARK: Reading

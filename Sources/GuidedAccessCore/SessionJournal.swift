@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Synchronization
 
 /// What survives a restart of the service: the session, if any, and the
 /// registered restrictions with their states (restrictions outlive restarts
@@ -82,18 +83,42 @@ public struct SessionJournal: Sendable {
     /// directory (one of two recycled ones), fdatasync, rename over, fsync
     /// the directory (`DurableFile.replaceRecycling`). Returns when the new
     /// state is durable.
+    ///
+    /// The directory is made (one level, mode 0700) by the first record of a
+    /// process, not by every one: a write into a directory removed since fails
+    /// with ENOENT, and then it is made again and the write tried once more,
+    /// so the outcome is what a mkdir before every write gave.
     public func record(_ state: JournalState) throws(JournalError) {
-        let data = Array(JournalRecord(state).json().serialized().utf8)
+        // The file is padded to 4096-byte blocks anyway (`replaceRecycling`).
+        let data = JournalRecord(state).json().serializedBytes(reservingCapacity: 4096)
+        let madeBefore = Self.madeDirectories.withLock { $0.contains(directory) }
+        if !madeBefore { try makeDirectory() }
+        do {
+            // 0600: the journal holds the owner's identity and the user's settings.
+            try DurableFile.replaceRecycling(path, with: data, mode: 0o600, directory: directory)
+        } catch where madeBefore && error.errno == ENOENT {
+            // Removed since this process made it: made again, as every write once did.
+            Self.madeDirectories.withLock { _ = $0.remove(directory) }
+            try makeDirectory()
+            do {
+                try DurableFile.replaceRecycling(path, with: data, mode: 0o600, directory: directory)
+            } catch {
+                throw .io(error)
+            }
+        } catch {
+            throw .io(error)
+        }
+    }
+
+    /// Directories `record` made, or found there, in this process.
+    private static let madeDirectories = Mutex<Set<String>>([])
+
+    private func makeDirectory() throws(JournalError) {
         // One level only: the parent is the state directory's business (systemd's StateDirectory=).
         if mkdir(directory, 0o700) != 0, errno != EEXIST {
             throw .io(FileError(path: directory, operation: "mkdir", errno: errno))
         }
-        do {
-            // 0600: the journal holds the owner's identity and the user's settings.
-            try DurableFile.replaceRecycling(path, with: data, mode: 0o600, directory: directory)
-        } catch {
-            throw .io(error)
-        }
+        Self.madeDirectories.withLock { _ = $0.insert(directory) }
     }
 
     /// Removes the journal, durably: the next start finds none. For when
@@ -246,6 +271,7 @@ extension JournalRecord {
         var members: [(String, JSON)] = [
             ("restrictions", .array(restrictions.map { $0.json() })),
         ]
+        members.reserveCapacity(3)
         if let session { members.append(("session", session.json())) }
         members.append(("version", .number(String(version))))
         return .object(members)
@@ -270,11 +296,10 @@ extension JournalRecord.SessionRecord {
             ("features", .array(features.map(JSON.string))),
             ("inhibitSleep", .bool(inhibitSleep)),
         ]
+        members.reserveCapacity(10)
         if let owner { members.append(("owner", .string(owner))) }
         if let ownerExecutable { members.append(("ownerExecutable", .string(ownerExecutable))) }
-        members += [
-            ("ownerUID", .number(String(ownerUID))),
-        ]
+        members.append(("ownerUID", .number(String(ownerUID))))
         if !programs.isEmpty {
             members.append(("programs", .array(programs.sorted { $0.key < $1.key }.map { feature, record in
                 switch record {
@@ -288,11 +313,9 @@ extension JournalRecord.SessionRecord {
                 }
             })))
         }
-        members += [
-            ("snapshot", .array(snapshot.map { $0.json() })),
-            ("textScale", .number(String(textScale))),
-            ("zoomFactor", .number(String(zoomFactor))),
-        ]
+        members.append(("snapshot", .array(snapshot.map { $0.json() })))
+        members.append(("textScale", .number(String(textScale))))
+        members.append(("zoomFactor", .number(String(zoomFactor))))
         return .object(members)
     }
 
@@ -339,6 +362,7 @@ extension JournalRecord.SessionRecord {
 extension JournalRecord.SnapshotEntry {
     func json() -> JSON {
         var members: [(String, JSON)] = []
+        members.reserveCapacity(4)
         if let bool { members.append(("bool", .bool(bool))) }
         if let double { members.append(("double", .number(String(double)))) }
         members.append(("key", .string(key)))

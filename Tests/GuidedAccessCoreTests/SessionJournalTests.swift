@@ -156,6 +156,53 @@ import Testing
         #expect(directory.files == [".journal.json.slot-a", "journal.json"])
         #expect(try journal.load() == sampleState)
     }
+
+    @Test func aTemporaryNameLeftLinkedToASlotByACrashIsReplaced() throws {
+        try journal.record(sampleState)
+        try journal.record(sampleState)
+        // Killed between link and rename: the slot it wrote has a second name.
+        #expect(link(directory.path + "/.journal.json.slot-a", directory.path + "/.journal.json.new") == 0)
+        let state = JournalState(session: nil, restrictions: [Restriction(identifier: "x", text: "X", detail: "")])
+        try journal.record(state)
+        #expect(try journal.load() == state)
+        #expect(directory.files == [".journal.json.slot-a", ".journal.json.slot-b", "journal.json"])
+        try journal.record(sampleState)
+        #expect(try journal.load() == sampleState)
+    }
+
+    @Test func theJournalsBytesAreTheSerializedRecordPaddedToABlock() throws {
+        try journal.record(sampleState)
+        let expected = JournalRecord(sampleState).json().serialized()
+        let text = try #require(directory.read("journal.json"))
+        #expect(text.utf8.count == 4096)
+        #expect(text.hasPrefix(expected))
+        #expect(text.utf8.dropFirst(expected.utf8.count).dropLast().allSatisfy { $0 == UInt8(ascii: " ") })
+        #expect(text.hasSuffix("\n"))
+    }
+
+    @Test func aDirectoryRemovedAfterTheFirstRecordIsMadeAgain() throws {
+        let journal = SessionJournal(directory: directory.path + "/state")
+        try journal.record(sampleState)
+        for name in [".journal.json.slot-a", "journal.json"] { unlink(journal.directory + "/" + name) }
+        #expect(rmdir(journal.directory) == 0)
+        try journal.record(sampleState)
+        #expect(try journal.load() == sampleState)
+        var status = stat()
+        #expect(lstat(journal.directory, &status) == 0 && status.st_mode & 0o7777 == 0o700)
+    }
+
+    @Test func aDirectoryReplacedByAFileFailsCleanlyAndIsMadeAgainOnceItIsGone() throws {
+        let journal = SessionJournal(directory: directory.path + "/state")
+        try journal.record(sampleState)
+        for name in [".journal.json.slot-a", "journal.json"] { unlink(journal.directory + "/" + name) }
+        #expect(rmdir(journal.directory) == 0)
+        directory.write("not a directory", to: "state")
+        #expect(throws: JournalError.self) { try journal.record(sampleState) }
+        #expect(directory.read("state") == "not a directory")
+        #expect(unlink(journal.directory) == 0)
+        try journal.record(sampleState)
+        #expect(try journal.load() == sampleState)
+    }
 }
 
 @Suite struct RecyclingReplaceTests {
