@@ -24,7 +24,8 @@ public enum Bus: Sendable, CustomStringConvertible {
 ///
 /// Incoming method calls are routed to exported objects; each runs as a task
 /// on this executor, so a handler may await calls to other services while
-/// further calls are served.
+/// further calls are served. (A `Properties.Get` of a value the connection
+/// holds is answered at once, with no task: see `route`.)
 public actor Connection {
     public nonisolated let loop: EventLoop
     /// Our unique name on the bus (":1.42").
@@ -36,7 +37,9 @@ public actor Connection {
     nonisolated let integration: MainLoopIntegration
     let logger: Logger
 
-    var objects: [ObjectPath: ExportedObject] = [:]
+    /// By the path's text: an incoming call's path, which libdbus has
+    /// validated, finds its object without being checked again.
+    var objects: [String: ExportedObject] = [:]
     var subscriptions: [UInt64: Subscription] = [:]
     var nextSubscriptionID: UInt64 = 1
     var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
@@ -245,7 +248,7 @@ public actor Connection {
     public func emit(
         _ signal: String, interface: String, path: ObjectPath, _ arguments: [DBusValue] = []
     ) throws(DBusError) {
-        guard let object = objects[path], let declaration = object.interface(interface)?.signal(signal) else {
+        guard let object = objects[path.rawValue], let declaration = object.interface(interface)?.signal(signal) else {
             throw .invalidArgs("no signal \(interface).\(signal) is declared at \(path)")
         }
         let actual = arguments.map { $0.type.signature }.joined()

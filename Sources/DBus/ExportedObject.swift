@@ -1,12 +1,20 @@
 import CDBus
 
-/// An object this connection serves: its interfaces and, per interface, the
-/// property values last announced, so that `PropertiesChanged` carries only
-/// what really changed.
+/// An object this connection serves: its interfaces and the property values
+/// the connection holds for them.
 final class ExportedObject {
     let path: ObjectPath
     let interfaces: [Interface]
+    /// Per interface, the value last announced of each property that
+    /// announces changes (`.emitsValue`, `.invalidates`): read at `export`,
+    /// updated by `propertiesChanged`, so that `PropertiesChanged` carries
+    /// only what really changed.
     var announced: [String: [String: DBusValue]] = [:]
+    /// Per interface, the value of each `.constant` property, once read.
+    var constants: [String: [String: DBusValue]] = [:]
+    /// Calls to this object routed to a task and not yet answered: while
+    /// there are any, a `Properties.Get` takes its turn behind them.
+    var callsInProgress = 0
 
     init(path: ObjectPath, interfaces: [Interface]) {
         self.path = path
@@ -15,6 +23,22 @@ final class ExportedObject {
 
     func interface(_ name: String) -> Interface? {
         interfaces.first { $0.name == name }
+    }
+
+    /// The value `Properties.Get` answers with without running the getter:
+    /// for an `.emitsValue` property the value last announced, for a
+    /// `.constant` one the value first read. Nil when the getter must run
+    /// (`.invalidates`, `.silent`, nothing held yet, a value of the wrong
+    /// type, which the getter path reports).
+    func heldValue(of property: Property, in interface: String) -> DBusValue? {
+        let value: DBusValue?
+        switch property.changes {
+        case .emitsValue: value = announced[interface]?[property.name]
+        case .constant: value = constants[interface]?[property.name]
+        case .invalidates, .silent: value = nil
+        }
+        guard let value, value.type == property.type else { return nil }
+        return value
     }
 }
 
@@ -28,11 +52,13 @@ extension Connection {
     /// Serves `interfaces` at `path`. Export objects before requesting a bus
     /// name, so that no call reaches a half-built service.
     public func export(_ interfaces: [Interface], at path: ObjectPath) async throws(DBusError) {
-        guard objects[path] == nil else { throw .invalidArgs("an object is already exported at \(path)") }
+        guard objects[path.rawValue] == nil else {
+            throw .invalidArgs("an object is already exported at \(path)")
+        }
         let names = interfaces.map { $0.name }
         guard Set(names).count == names.count else { throw .invalidArgs("an interface is listed twice for \(path)") }
         let object = ExportedObject(path: path, interfaces: interfaces)
-        objects[path] = object
+        objects[path.rawValue] = object
         for interface in interfaces {
             var values: [String: DBusValue] = [:]
             for property in interface.properties where property.changes == .emitsValue || property.changes == .invalidates {
@@ -53,13 +79,14 @@ extension Connection {
     }
 
     private func flushProperties(path: ObjectPath, interface name: String) async {
-        guard let object = objects[path], let interface = object.interface(name) else { return }
+        guard let object = objects[path.rawValue], let interface = object.interface(name) else { return }
+        var values = object.announced[name] ?? [:]
         var changed: [DBusValue.DictEntry] = []
         var invalidated: [DBusValue] = []
         for property in interface.properties where property.changes == .emitsValue || property.changes == .invalidates {
             guard let value = try? await property.getter() else { continue }
-            if object.announced[name]?[property.name] == value { continue }
-            object.announced[name, default: [:]][property.name] = value
+            if values[property.name] == value { continue }
+            values[property.name] = value
             if property.changes == .emitsValue {
                 changed.append(.init(.string(property.name), .variant(value)))
             } else {
@@ -67,6 +94,9 @@ extension Connection {
             }
         }
         guard !changed.isEmpty || !invalidated.isEmpty else { return }
+        // Get answers with these from now on: in the same step as the
+        // signal, not property by property across the getters' awaits.
+        object.announced[name] = values
         do {
             let message = try Message.signal(path: path, interface: StandardInterface.properties, member: "PropertiesChanged")
             try message.append([
@@ -81,37 +111,88 @@ extension Connection {
     // MARK: Routing
 
     func route(_ message: Message) {
-        guard let pathText = message.path, let path = try? ObjectPath(validating: pathText) else {
-            reply(to: message, error: .unknownObject("the call has no valid object path"))
+        // libdbus has validated the path of every call it hands us.
+        guard let pathText = message.path, let object = objects[pathText] else {
+            routeToNoObject(message)
             return
         }
-        guard objects[path] != nil else {
-            let member = message.member ?? ""
-            let interface = message.interface ?? StandardInterface.introspectable
-            let children = childNodes(of: path)
-            if interface == StandardInterface.introspectable, member == "Introspect", !children.isEmpty || path == "/" {
-                reply(to: message, values: [.string(Introspection.xml(interfaces: nil, children: children))])
-            } else if interface == StandardInterface.peer, member == "Ping" {
-                reply(to: message, values: [])
-            } else {
-                reply(to: message, error: .unknownObject("no object at path \(path)"))
-            }
+        // Behind a call to the object still being handled, a Get takes the
+        // task path too, so that it does not overtake a call sent before it.
+        if object.callsInProgress == 0, let values = heldProperties(message, on: object) {
+            reply(to: message, values: values)
             return
         }
         // Each call runs as its own task on the loop: a handler that awaits
         // another service does not hold up the calls behind it, and the
         // executor preference keeps nonisolated handler code on the loop's
         // thread too (no hop to the global pool, calls start in order).
+        object.callsInProgress += 1
         Task(executorPreference: loop) { [self] in
-            await execute(message, at: path)
+            await execute(message, at: pathText)
         }
     }
 
-    private func execute(_ message: Message, at path: ObjectPath) async {
+    /// A call to a path where no object is exported: its ancestors answer
+    /// Introspect (listing their children), and every path answers Ping.
+    private func routeToNoObject(_ message: Message) {
+        guard let pathText = message.path, let path = try? ObjectPath(validating: pathText) else {
+            reply(to: message, error: .unknownObject("the call has no valid object path"))
+            return
+        }
+        let member = message.member ?? ""
+        let interface = message.interface ?? StandardInterface.introspectable
+        let children = childNodes(of: path)
+        if interface == StandardInterface.introspectable, member == "Introspect", !children.isEmpty || path == "/" {
+            reply(to: message, values: [.string(Introspection.xml(interfaces: nil, children: children))])
+        } else if interface == StandardInterface.peer, member == "Ping" {
+            reply(to: message, values: [])
+        } else {
+            reply(to: message, error: .unknownObject("no object at path \(path)"))
+        }
+    }
+
+    /// `Properties.Get` answered at once, with no task and no getter, from
+    /// the value the connection holds (`ExportedObject.heldValue`); `GetAll`
+    /// too when it holds the value of every property of the interface. So a
+    /// property's value as Get returns it is the value last announced: state
+    /// that a handler (or a timer) has changed and not yet announced with
+    /// `propertiesChanged` is not seen half-way. Nil for anything else (an
+    /// unknown name, another signature, no reply wanted, a property whose
+    /// getter must run): the call takes the task path, errors included.
+    private func heldProperties(_ message: Message, on object: ExportedObject) -> [DBusValue]? {
+        let properties = StandardInterface.properties
+        // An object that declares the interface itself answers on its own.
+        guard dbus_message_has_interface(message.raw, properties) != 0, !message.noReplyExpected,
+            object.interface(properties) == nil
+        else { return nil }
+        if dbus_message_has_member(message.raw, "Get") != 0 {
+            guard dbus_message_has_signature(message.raw, "ss") != 0, let args = try? message.arguments(),
+                case .string(let interfaceName) = args[0], case .string(let name) = args[1],
+                let property = object.interface(interfaceName)?.property(name),
+                let value = object.heldValue(of: property, in: interfaceName)
+            else { return nil }
+            return [.variant(value)]
+        }
+        if dbus_message_has_member(message.raw, "GetAll") != 0 {
+            guard dbus_message_has_signature(message.raw, "s") != 0, let args = try? message.arguments(),
+                case .string(let interfaceName) = args[0], let interface = object.interface(interfaceName)
+            else { return nil }
+            var entries: [DBusValue.DictEntry] = []
+            for property in interface.properties {
+                guard let value = object.heldValue(of: property, in: interfaceName) else { return nil }
+                entries.append(.init(.string(property.name), .variant(value)))
+            }
+            return [.dictionary(key: .string, value: .variant, entries)]
+        }
+        return nil
+    }
+
+    private func execute(_ message: Message, at path: String) async {
         guard let object = objects[path] else {
             reply(to: message, error: .unknownObject("no object at path \(path)"))
             return
         }
+        defer { object.callsInProgress -= 1 }
         do {
             let values = try await invoke(message, on: object)
             reply(to: message, values: values)
@@ -149,8 +230,8 @@ extension Connection {
     private func childNodes(of path: ObjectPath) -> [String] {
         let prefix = path.elements
         var children = Set<String>()
-        for candidate in objects.keys {
-            let elements = candidate.elements
+        for candidate in objects.values {
+            let elements = candidate.path.elements
             if elements.count > prefix.count, Array(elements.prefix(prefix.count)) == prefix {
                 children.insert(String(elements[prefix.count]))
             }
@@ -170,8 +251,9 @@ extension Connection {
             let arguments = try message.arguments(expecting: method.inputSignature)
             let call = makeCall(message, path: object.path, interface: interface.name, arguments: arguments)
             let values = try await method.handler(call)
-            let actual = values.map { $0.type.signature }.joined()
-            guard actual == method.outputSignature else {
+            guard values.count == method.outputs.count, zip(values, method.outputs).allSatisfy({ $0.type == $1.type })
+            else {
+                let actual = values.map { $0.type.signature }.joined()
                 logger.error(
                     "\(interface.name).\(member) returned '\(actual)', declared '\(method.outputSignature)'")
                 throw DBusError.failed("the service returned a reply of the wrong type")
@@ -183,14 +265,15 @@ extension Connection {
         case (StandardInterface.properties, "Get"), ("", "Get"):
             let args = try message.arguments(expecting: "ss")
             let property = try findProperty(object, args[0], args[1])
-            return [.variant(try await read(property))]
+            return [.variant(try await read(property, in: try String(dbusValue: args[0]), of: object))]
         case (StandardInterface.properties, "GetAll"), ("", "GetAll"):
             let args = try message.arguments(expecting: "s")
             let name = try String(dbusValue: args[0])
             var entries: [DBusValue.DictEntry] = []
             if let interface = object.interface(name) {
                 for property in interface.properties {
-                    entries.append(.init(.string(property.name), .variant(try await read(property))))
+                    let value = try await read(property, in: name, of: object)
+                    entries.append(.init(.string(property.name), .variant(value)))
                 }
             } else if ![StandardInterface.properties, StandardInterface.introspectable, StandardInterface.peer]
                 .contains(name)
@@ -251,12 +334,18 @@ extension Connection {
         return property
     }
 
-    private func read(_ property: Property) async throws -> DBusValue {
+    /// The property's value from its getter; a `.constant` one's getter
+    /// runs only until it has answered once.
+    private func read(_ property: Property, in interface: String, of object: ExportedObject) async throws
+        -> DBusValue
+    {
+        if property.changes == .constant, let value = object.constants[interface]?[property.name] { return value }
         let value = try await property.getter()
         guard value.type == property.type else {
             logger.error("property \(property.name) returned '\(value.type.signature)', declared '\(property.type.signature)'")
             throw DBusError.failed("the service returned a property of the wrong type")
         }
+        if property.changes == .constant { object.constants[interface, default: [:]][property.name] = value }
         return value
     }
 

@@ -244,11 +244,14 @@ public struct Method: Sendable {
 public struct Property: Sendable {
     /// How clients learn of changes (the `EmitsChangedSignal` annotation).
     public enum ChangeBehaviour: String, Sendable {
-        /// `PropertiesChanged` carries the new value.
+        /// `PropertiesChanged` carries the new value. `Properties.Get`
+        /// answers with the value last announced, without the getter: a
+        /// service announces every change (`Connection.propertiesChanged`).
         case emitsValue = "true"
         /// `PropertiesChanged` lists the property as invalidated.
         case invalidates = "invalidates"
-        /// The value never changes.
+        /// The value never changes: the getter runs until it has answered
+        /// once, and `Properties.Get` answers with that value from then on.
         case constant = "const"
         /// No signal; clients must poll.
         case silent = "false"

@@ -269,8 +269,9 @@ extension GuidedAccessService {
         logger.notice("the session owner \(owner) left the bus; the session stays for its successor")
         let watch = ownerWatch
         ownerWatch = nil
-        if let watch { await connection.unsubscribe(watch) }
+        // Announced before the wait for the bus: a Get meanwhile sees what was announced.
         await announce()
+        if let watch { await connection.unsubscribe(watch) }
     }
 
     // MARK: Time limit

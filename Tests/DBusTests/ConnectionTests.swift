@@ -17,9 +17,12 @@ actor Counter {
         Interface(
             "org.example.Greeter1",
             methods: [
-                Method("Greet", Argument("name", String.self), returns: Argument("greeting", String.self)) { _, name in
+                Method("Greet", Argument("name", String.self), returns: Argument("greeting", String.self)) {
+                    call, name in
                     guard !name.isEmpty else { throw DBusError(name: "org.example.Error.Empty", message: "name is empty") }
                     _ = await counter.add()
+                    // Get answers with the value last announced.
+                    await call.connection.propertiesChanged(path: call.path, interface: call.interface)
                     return "hello, \(name)"
                 }
             ],
