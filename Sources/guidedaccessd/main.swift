@@ -244,10 +244,18 @@ loop.handleSignals([SIGTERM, SIGINT]) { signal in
     logger.notice("received signal \(signal); exiting with the session kept in the journal")
     exit(0)
 }
-loop.start()
 
+// The loop runs on the main thread, and this top-level code never awaits.
+// With an async main, the main thread would end in dispatch_main(), which
+// calls pthread_exit(): a forced unwind of the main thread that maps the
+// unwinder and the binary's .eh_frame (about 0.45 MiB more VmRSS). A loop
+// thread of its own would have its own malloc arena and stack (about 40 KiB
+// more Private_Dirty).
 let bus: Bus = address.map { .address($0) } ?? (mode == .system ? .system : .session)
-exit(
-    await Task(executorPreference: loop) { [configuration, mode, policy, stateDir, bus] in
-        await serve(configuration: configuration, mode: mode, policy: policy, stateDir: stateDir, bus: bus, loop: loop)
-    }.value)
+Task(executorPreference: loop) { [configuration, mode, policy, stateDir, bus] in
+    let status = await serve(
+        configuration: configuration, mode: mode, policy: policy, stateDir: stateDir, bus: bus, loop: loop)
+    exit(status)
+}
+loop.run()
+exit(0)
