@@ -28,9 +28,9 @@ import Testing
 
     /// A D-Bus error reply comes back as the error the API names it by.
     @Test(arguments: allErrors)
-    func roundTripsByName(error: GuidedAccessError) {
-        let received = GuidedAccessError(DBusError(name: error.dbusErrorName, message: "m"))
-        #expect(received == error)
+    func roundTripsByName(_ sent: GuidedAccessError) {
+        let received = GuidedAccessError(DBusError(name: sent.dbusErrorName, message: "m"))
+        #expect(received == sent)
         #expect(received.message == "m")
     }
 
