@@ -133,7 +133,7 @@ public actor GuidedAccessService {
     private func recoverJournal() async throws {
         let state: JournalState?
         do {
-            state = try settings.journal.load()
+            state = try store.journal.load()
         } catch {
             guard case .corrupt = error else { throw error }
             // Kept aside by the journal; the service starts without a session.
