@@ -106,6 +106,15 @@ let package = Package(
             name: "dbus-test-service",
             dependencies: ["DBus", .product(name: "Logging", package: "swift-log")]),
 
+        // A libFuzzer target for the message decoding and the handlers'
+        // argument checks, with its seed corpus (scripts/fuzz builds it with
+        // -sanitize=fuzzer); in an ordinary build, a program that runs
+        // inputs through the same code and writes the seeds.
+        .executableTarget(
+            name: "guidedaccess-fuzz",
+            dependencies: ["DBus", "CDBus", "GuidedAccessWire", "GuidedAccessCore", "GuidedAccessService"],
+            exclude: ["corpus", "dbus.dict"]),
+
         // Benchmarks: run through scripts/bench-*.
         .executableTarget(name: "dbus-call-rate", dependencies: ["DBus"], path: "Benchmarks/dbus-call-rate"),
 

@@ -309,7 +309,10 @@ extension GuidedAccessService {
         try await endSession(reason: .timeLimit)
     }
 
-    static func optionValue(_ variant: Variant) -> OptionValue {
+    /// A StartSession option as `SessionParameters` checks it. Public for
+    /// the fuzzer (Sources/guidedaccess-fuzz), which runs the handler's
+    /// checks without a service.
+    public static func optionValue(_ variant: Variant) -> OptionValue {
         switch variant.value {
         case .uint64(let v): return .uint64(v)
         case .double(let v): return .double(v)
