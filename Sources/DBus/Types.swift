@@ -50,7 +50,7 @@ public indirect enum DBusType: Hashable, Sendable, CustomStringConvertible {
         var parser = SignatureParser(bytes: bytes, text: text)
         var types: [DBusType] = []
         while parser.index < bytes.count {
-            types.append(try parser.parseOne(arrayDepth: 0, structDepth: 0))
+            types.append(try parser.parseOne(arrayRun: 0, structDepth: 0, dictDepth: 0))
         }
         return types
     }
@@ -74,7 +74,11 @@ private struct SignatureParser {
         .invalidArgs("invalid signature '\(text)': \(why)")
     }
 
-    mutating func parseOne(arrayDepth: Int, structDepth: Int) throws(DBusError) -> DBusType {
+    /// The limits are libdbus's, which validates every message we receive
+    /// before we read it: at most 32 array codes in a row (any other code
+    /// starts the count again), and 32 structs and 32 dict entries, each
+    /// counted apart. A signature it accepts must parse.
+    mutating func parseOne(arrayRun: Int, structDepth: Int, dictDepth: Int) throws(DBusError) -> DBusType {
         guard index < bytes.count else { throw fail("ends inside a container") }
         let c = bytes[index]
         index += 1
@@ -94,19 +98,20 @@ private struct SignatureParser {
         case UInt8(ascii: "h"): return .unixFD
         case UInt8(ascii: "v"): return .variant
         case UInt8(ascii: "a"):
-            guard arrayDepth < 32 else { throw fail("arrays nested deeper than 32") }
+            guard arrayRun < 32 else { throw fail("arrays nested deeper than 32") }
             if index < bytes.count, bytes[index] == UInt8(ascii: "{") {
                 index += 1
-                let key = try parseOne(arrayDepth: arrayDepth + 1, structDepth: structDepth + 1)
+                guard dictDepth < 32 else { throw fail("dictionary entries nested deeper than 32") }
+                let key = try parseOne(arrayRun: 0, structDepth: structDepth, dictDepth: dictDepth + 1)
                 guard key.isBasic else { throw fail("dictionary key '\(key.signature)' is not a basic type") }
-                let value = try parseOne(arrayDepth: arrayDepth + 1, structDepth: structDepth + 1)
+                let value = try parseOne(arrayRun: 0, structDepth: structDepth, dictDepth: dictDepth + 1)
                 guard index < bytes.count, bytes[index] == UInt8(ascii: "}") else {
                     throw fail("dictionary entry must hold exactly two types")
                 }
                 index += 1
                 return .dictionary(key: key, value: value)
             }
-            return .array(try parseOne(arrayDepth: arrayDepth + 1, structDepth: structDepth))
+            return .array(try parseOne(arrayRun: arrayRun + 1, structDepth: structDepth, dictDepth: dictDepth))
         case UInt8(ascii: "("):
             guard structDepth < 32 else { throw fail("structs nested deeper than 32") }
             var members: [DBusType] = []
@@ -116,7 +121,7 @@ private struct SignatureParser {
                     index += 1
                     break
                 }
-                members.append(try parseOne(arrayDepth: arrayDepth, structDepth: structDepth + 1))
+                members.append(try parseOne(arrayRun: 0, structDepth: structDepth + 1, dictDepth: dictDepth))
             }
             guard !members.isEmpty else { throw fail("empty struct") }
             return .structure(members)

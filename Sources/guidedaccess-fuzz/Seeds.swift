@@ -71,6 +71,20 @@ enum Seeds {
             ("Introspect", try call("Introspect", interface: "org.freedesktop.DBus.Introspectable")),
             ("Ping", try call("Ping", interface: "org.freedesktop.DBus.Peer")),
         ]
+        // Found by the check that what libdbus accepts reads: signatures
+        // within libdbus's limits that the DBus layer's parser refused
+        // (arrays between structs, dict entries counted as structs).
+        var arraysBetweenStructs = DBusType.array(.array(.byte))
+        for _ in 0..<31 { arraysBetweenStructs = .array(.structure([arraysBetweenStructs])) }
+        var dictsAndStructs = DBusType.byte
+        for _ in 0..<16 { dictsAndStructs = .structure([dictsAndStructs]) }
+        for _ in 0..<16 { dictsAndStructs = .dictionary(key: .string, value: dictsAndStructs) }
+        seeds.append((
+            "signature-arrays-between-structs",
+            try call("ConfigureForSession", [.array(.structure([arraysBetweenStructs]), [])])))
+        seeds.append((
+            "signature-dicts-and-structs",
+            try call("ConfigureForSession", [.dictionary(key: .string, value: dictsAndStructs, [])])))
         // What a connection reads besides calls: a reply, an error, signals.
         let list = try call("ListRestrictions")
         _ = try list.marshal()  // gives it a serial, as sending does: libdbus replies only to one that has it
