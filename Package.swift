@@ -117,6 +117,10 @@ let package = Package(
 
         // Benchmarks: run through scripts/bench-*.
         .executableTarget(name: "dbus-call-rate", dependencies: ["DBus"], path: "Benchmarks/dbus-call-rate"),
+        .executableTarget(
+            name: "guidedaccess-load",
+            dependencies: ["DBus", "CDBus", "GuidedAccessAPI", .product(name: "Logging", package: "swift-log")],
+            path: "Benchmarks/guidedaccess-load"),
 
         // Examples: a kiosk program on the client library.
         .executableTarget(name: "kiosk-session", dependencies: ["GuidedAccessClient"], path: "Examples/kiosk-session"),

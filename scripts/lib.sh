@@ -16,11 +16,16 @@ release_build() {
     }
 }
 
-# start_private_bus DIR [TYPE]: a dbus-daemon of our own on DIR/bus, with a
-# policy that admits any user; sets BUS_ADDRESS and BUS_PID.
+# start_private_bus DIR [TYPE [LINES]]: a dbus-daemon of our own on DIR/bus,
+# with a policy that admits any user, and LINES of configuration added (say,
+# <limit> elements); sets BUS_ADDRESS and BUS_PID.
 start_private_bus() {
-    local dir=$1 type=${2:-session}
+    local dir=$1 type=${2:-session} lines=${3:-}
     sed -e "s|@TYPE@|$type|" -e "s|@SOCKET@|$dir/bus|" "$(repo_root)/Tests/integration/bus.conf.in" > "$dir/bus.conf"
+    if [ -n "$lines" ]; then
+        BUS_LINES=$lines awk '/<\/busconfig>/ { print ENVIRON["BUS_LINES"] } { print }' "$dir/bus.conf" > "$dir/bus.conf.new"
+        mv "$dir/bus.conf.new" "$dir/bus.conf"
+    fi
     local out
     out=$(dbus-daemon --config-file="$dir/bus.conf" --fork --print-address=1 --print-pid=1)
     BUS_ADDRESS=$(sed -n 1p <<<"$out")
