@@ -57,10 +57,10 @@ let package = Package(
         .target(name: "GSettingsSchemas", dependencies: ["CGio", "GuidedAccessCore"]),
         // User mode: the mapped keys in the user's own GSettings (dconf).
         .target(
-            name: "GSettingsBackend", dependencies: ["CDBus", "CDconf", "CGio", "GSettingsSchemas", "GuidedAccessCore"]),
+            name: "GSettingsBackend", dependencies: ["CDconf", "CGio", "DBus", "GSettingsSchemas", "GuidedAccessCore"]),
         // Runs GSettingsBackend in its own process, so tests can give GLib a
         // private bus and config dirs before it reads its environment.
-        .executableTarget(name: "gsettings-backend-probe", dependencies: ["GSettingsBackend"]),
+        .executableTarget(name: "gsettings-backend-probe", dependencies: ["GSettingsBackend", "DBus"]),
         // System mode: the mapped keys imposed and locked through a dconf
         // system database (keyfiles + `dconf update`).
         .target(name: "DconfBackend", dependencies: ["CGio", "GSettingsSchemas", "GuidedAccessCore"]),
@@ -116,7 +116,7 @@ let package = Package(
         .testTarget(name: "GuidedAccessCoreTests", dependencies: ["GuidedAccessCore"]),
         .testTarget(
             name: "GSettingsBackendTests",
-            dependencies: ["GSettingsBackend", "gsettings-backend-probe", "TestSupport"]),
+            dependencies: ["GSettingsBackend", "gsettings-backend-probe", "DBus", "TestSupport"]),
         .testTarget(name: "DconfBackendTests", dependencies: ["DconfBackend", "TestSupport"]),
         // What the tests of several targets share: a dbus-daemon and a dconf of their own.
         .target(name: "TestSupport", path: "Tests/TestSupport"),

@@ -144,7 +144,7 @@ public actor GuidedAccessService {
         if let owner = state?.session?.owner, (try? await connection.nameOwner(owner)) == owner {
             connected.insert(owner)
         }
-        let recovery = store.recover(state, ownerConnected: connected.contains, nowUsec: Self.nowUsec())
+        let recovery = await store.recover(state, ownerConnected: connected.contains, nowUsec: Self.nowUsec())
         for (key, problem) in recovery.unreadable {
             logger.error("cannot read \(key) to check it against the journal: \(problem)")
         }
@@ -171,16 +171,20 @@ public actor GuidedAccessService {
         logger.notice(
             "resumed the session of \(recovered.ownerIdentity) from the journal: features \(recovered.features.sortedWireNames)"
         )
-        if recovery.plan.expired {
-            logger.notice("its time limit passed while the service was down; ending it")
+        if recovery.plan.endsNow {
+            let reason: SessionChangeReason = recovery.plan.unfinishedEnd ? .ended : .timeLimit
+            logger.notice(
+                recovery.plan.unfinishedEnd
+                    ? "its end was under way when the service stopped; finishing it"
+                    : "its time limit passed while the service was down; ending it")
             for (feature, leftOver) in recovered.programs {
                 await programs[feature]?.stopLeftOver(leftOver, environment: programEnvironment)
             }
             do {
-                try await endSession(reason: .timeLimit)
+                try await endSession(reason: reason)
             } catch {
-                logger.error("cannot end the expired session yet: \(error); retrying")
-                scheduleDeadline()
+                logger.error("cannot end the session yet: \(error); retrying")
+                scheduleEnd(of: store.generation, reason: reason)
             }
             return
         }

@@ -148,7 +148,7 @@ func serve(
     let backend: any SettingsBackend
     switch configuration.backend {
     case .gsettings:
-        let gsettings = GSettingsBackend()
+        let gsettings = GSettingsBackend(loop: loop)
         logger.info("gsettings backend: \(gsettings.store.rawValue) store")
         gsettings.onNote = { logger.info("gsettings backend: \($0)") }
         backend = gsettings

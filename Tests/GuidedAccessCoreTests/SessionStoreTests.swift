@@ -24,12 +24,27 @@ import Testing
         return session
     }
 
+    // The writes, each in a turn of its own, as the service makes them.
+    func begin(_ store: SessionStore, _ session: Session) async throws {
+        try await store.exclusively { try await store.begin(session) }
+    }
+
+    @discardableResult
+    func setFeatures(_ store: SessionStore, _ features: Set<Feature>) async throws -> Set<Feature> {
+        try await store.exclusively { try await store.setFeatures(features) }
+    }
+
+    @discardableResult
+    func end(_ store: SessionStore) async throws -> SessionStore.Ending {
+        try await store.exclusively { try await store.end() }
+    }
+
     // MARK: The transaction
 
-    @Test func theJournalKnowsTheSnapshotBeforeTheSettingsChange() throws {
+    @Test func theJournalKnowsTheSnapshotBeforeTheSettingsChange() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(4.0)])
         let store = store(backend)
-        try store.begin(Self.session([.invertColors]))
+        try await begin(store, Self.session([.invertColors]))
         #expect(try journal.load()?.session?.snapshot[.magFactor] == .set(.double(4.0)))
         #expect(try journal.load()?.session?.snapshot[.invertLightness] == .unset)
         #expect(try backend.userValue(of: .invertLightness) == .bool(true))
@@ -37,42 +52,42 @@ import Testing
         #expect(store.isCurrent(store.generation))
     }
 
-    @Test func aFailedWriteIsBackendFailedAndPutsTheJournalBack() throws {
+    @Test func aFailedWriteIsBackendFailedAndPutsTheJournalBack() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend)
         backend.failNextApply()
-        #expect(throws: GuidedAccessError.backendFailed("memory backend: injected failure")) {
-            try store.begin(Self.session([.invertColors]))
+        await #expect(throws: GuidedAccessError.backendFailed("memory backend: injected failure")) {
+            try await begin(store, Self.session([.invertColors]))
         }
         #expect(try journal.load() == JournalState(session: nil, restrictions: []))
         #expect(backend.values.isEmpty)
         #expect(store.session == nil)
     }
 
-    @Test func aJournalThatCannotBeWrittenStopsTheSettingsWrite() throws {
+    @Test func aJournalThatCannotBeWrittenStopsTheSettingsWrite() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend, journal: SessionJournal(directory: "/proc/guidedaccess-no-such-dir"))
-        #expect(throws: GuidedAccessError.self) { try store.begin(Self.session([.zoom])) }
+        await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.zoom])) }
         #expect(backend.appliedCount == 0)
         #expect(store.session == nil)
     }
 
-    @Test func aValueTheBackendRejectsIsUnsupportedAndWritesNothing() throws {
+    @Test func aValueTheBackendRejectsIsUnsupportedAndWritesNothing() async throws {
         // A system whose text-scaling-factor stops below the session's scale.
         var keys = MemorySettingsBackend.gnome43Keys
         keys[.textScalingFactor] = .double(0.5...1.2)
         let backend = MemorySettingsBackend(knownKeys: keys)
         let store = store(backend)
-        #expect(throws: GuidedAccessError.self) { try store.begin(Self.session([.largeText])) }
+        await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.largeText])) }
         #expect(backend.appliedCount == 0)
         #expect(try journal.load() == nil)
     }
 
-    @Test func keysGivenBackLeaveTheSnapshotAndTheJournalCatchesUpLater() throws {
+    @Test func keysGivenBackLeaveTheSnapshotAndTheJournalCatchesUpLater() async throws {
         let backend = MemorySettingsBackend(values: [.invertLightness: .bool(false)])
         let store = store(backend)
-        try store.begin(Self.session([.zoom, .invertColors]))
-        let turnedOff = try store.setFeatures([.zoom])
+        try await begin(store, Self.session([.zoom, .invertColors]))
+        let turnedOff = try await setFeatures(store, [.zoom])
         #expect(turnedOff == [.invertColors])
         #expect(try backend.userValue(of: .invertLightness) == .bool(false))
         #expect(store.session?.snapshot[.invertLightness] == nil)
@@ -85,19 +100,19 @@ import Testing
         #expect(try journal.load()?.session?.features == [.zoom])
     }
 
-    @Test func turningOffAFeatureDropsItsProgramFromTheRecord() throws {
+    @Test func turningOffAFeatureDropsItsProgramFromTheRecord() async throws {
         let store = store(MemorySettingsBackend())
-        try store.begin(Self.session([.screenReader, .zoom]))
+        try await begin(store, Self.session([.screenReader, .zoom]))
         try store.change { $0.programs[.screenReader] = .unit(SessionProgramKind.screenReader.unitName(pid: 42, run: 1)) }
         #expect(try journal.load()?.session?.programs[.screenReader] != nil)
-        #expect(try store.setFeatures([.zoom]) == [.screenReader])
+        #expect(try await setFeatures(store, [.zoom]) == [.screenReader])
         #expect(store.session?.programs.isEmpty == true)
     }
 
-    @Test func aChangeThatCannotBeJournaledIsNotKept() throws {
+    @Test func aChangeThatCannotBeJournaledIsNotKept() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend)
-        try store.begin(Self.session([.zoom]))
+        try await begin(store, Self.session([.zoom]))
         try FileManager.default.removeItem(atPath: directory.path)
         try "not a directory".write(toFile: directory.path, atomically: false, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: directory.path) }
@@ -110,17 +125,17 @@ import Testing
 
     // MARK: Ending
 
-    @Test func endingRestoresEveryKeyAllowsEveryRestrictionAndForgetsTheSession() throws {
+    @Test func endingRestoresEveryKeyAllowsEveryRestrictionAndForgetsTheSession() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(4.0)])
         let store = store(backend)
         var registry = store.registry
         try registry.register([RestrictionRegistration(identifier: "org.example.pay", text: "Pay")])
         try store.commit(registry)
-        try store.begin(Self.session([.zoom]))
+        try await begin(store, Self.session([.zoom]))
         registry = store.registry
         try registry.setState(.deny, of: "org.example.pay")
         try store.commit(registry)
-        let ending = try store.end()
+        let ending = try await end(store)
         #expect(ending.allowedAgain == ["org.example.pay"])
         #expect(ending.journalProblem == nil)
         #expect(backend.values == [.magFactor: .double(4.0)])
@@ -129,16 +144,16 @@ import Testing
             session: nil, restrictions: [Restriction(identifier: "org.example.pay", text: "Pay", detail: "")]))
     }
 
-    @Test func anEndTheBackendRefusesKeepsTheSession() throws {
+    @Test func anEndTheBackendRefusesKeepsTheSession() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend)
-        try store.begin(Self.session([.zoom]))
+        try await begin(store, Self.session([.zoom]))
         backend.failNextApply()
-        #expect(throws: GuidedAccessError.backendFailed(
-            "memory backend: cannot restore the settings: injected failure")) { try store.end() }
+        await #expect(throws: GuidedAccessError.backendFailed(
+            "memory backend: cannot restore the settings: injected failure")) { try await end(store) }
         #expect(store.session?.features == [.zoom])
         #expect(try journal.load()?.session != nil)
-        _ = try store.end()
+        _ = try await end(store)
         #expect(backend.values.isEmpty)
     }
 
@@ -202,13 +217,13 @@ import Testing
         #expect(plan.session?.snapshot == session.snapshot)
     }
 
-    @Test func recoveringWritesTheKeysForgetsWhatWasGivenBackAndJournalsIt() throws {
+    @Test func recoveringWritesTheKeysForgetsWhatWasGivenBackAndJournalsIt() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(2.0)])
         var session = Self.session([.highContrast])
         session.snapshot = [.highContrast: .unset, .magFactor: .set(.double(4.0))]
         let state = try journaled(session)
         let store = store(backend)
-        let recovery = store.recover(state, ownerConnected: { _ in false }, nowUsec: 1)
+        let recovery = await store.recover(state, ownerConnected: { _ in false }, nowUsec: 1)
         #expect(recovery.writeProblem == nil && recovery.journalProblem == nil)
         #expect(backend.values == [.magFactor: .double(4.0), .highContrast: .bool(true)])
         #expect(store.session?.snapshot == [.highContrast: .unset])
@@ -217,22 +232,22 @@ import Testing
         #expect(store.isCurrent(store.generation))
     }
 
-    @Test func aRecoveryWriteThatFailsKeepsTheKeysForTheEnd() throws {
+    @Test func aRecoveryWriteThatFailsKeepsTheKeysForTheEnd() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(2.0)])
         var session = Self.session([])
         session.snapshot = [.magFactor: .set(.double(4.0))]
         let store = store(backend)
         backend.failNextApply()
-        let recovery = store.recover(try journaled(session), ownerConnected: { _ in true }, nowUsec: 1)
+        let recovery = await store.recover(try journaled(session), ownerConnected: { _ in true }, nowUsec: 1)
         #expect(recovery.writeProblem == "injected failure")
         #expect(store.session?.snapshot == [.magFactor: .set(.double(4.0))])
-        _ = try store.end()
+        _ = try await end(store)
         #expect(backend.values == [.magFactor: .double(4.0)])
     }
 
-    @Test func withoutASessionTheRestrictionsComeBackAllowed() throws {
+    @Test func withoutASessionTheRestrictionsComeBackAllowed() async throws {
         let store = store(MemorySettingsBackend())
-        let recovery = store.recover(
+        let recovery = await store.recover(
             JournalState(session: nil, restrictions: [Restriction(identifier: "a", text: "A", detail: "")]),
             ownerConnected: { _ in true }, nowUsec: 1)
         #expect(recovery.plan.session == nil)
