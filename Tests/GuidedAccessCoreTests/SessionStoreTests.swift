@@ -157,6 +157,151 @@ import Testing
         #expect(backend.values.isEmpty)
     }
 
+    // MARK: Writes of unknown outcome, ends that cannot be recorded, turns
+
+    static let unanswered = SettingsBackendError(.outcomeUnknown, "no answer in time")
+
+    @Test func aWriteOfUnknownOutcomeIsBackendFailedAndItsKeysAreRestoredAtTheEnd() async throws {
+        let backend = MemorySettingsBackend()
+        let store = store(backend)
+        try await begin(store, Self.session([.zoom]))
+        // The store wrote after all (a stalled dconf-service that ran again).
+        backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
+        await #expect(throws: GuidedAccessError.backendFailed("memory backend: no answer in time")) {
+            try await setFeatures(store, [.zoom, .grayscale])
+        }
+        #expect(store.session?.features == [.zoom])
+        #expect(store.session?.snapshot[.colorSaturation] == .unset)
+        #expect(try journal.load()?.session?.snapshot[.colorSaturation] == .unset)
+        #expect(try journal.load()?.session?.features == [.zoom])
+        _ = try await end(store)
+        #expect(backend.values.isEmpty)
+    }
+
+    @Test func aSessionWhoseFirstWriteHasAnUnknownOutcomeIsPutBackAtOnce() async throws {
+        let backend = MemorySettingsBackend(values: [.magFactor: .double(4.0)])
+        let store = store(backend)
+        backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
+        await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.zoom])) }
+        #expect(store.session == nil)
+        #expect(backend.values == [.magFactor: .double(4.0)])
+        #expect(try journal.load()?.session == nil)
+    }
+
+    @Test func anEndThatCannotBeRecordedChangesNothingAndCanBeRetried() async throws {
+        let backend = MemorySettingsBackend()
+        let store = store(backend)
+        try await begin(store, Self.session([.zoom]))
+        let zoomed = backend.values
+        try FileManager.default.removeItem(atPath: directory.path)
+        try "not a directory".write(toFile: directory.path, atomically: false, encoding: .utf8)
+        await #expect(throws: GuidedAccessError.self) { try await end(store) }
+        #expect(store.session?.features == [.zoom])
+        #expect(backend.values == zoomed)
+        try FileManager.default.removeItem(atPath: directory.path)
+        _ = try await end(store)
+        #expect(backend.values.isEmpty)
+        #expect(try journal.load()?.session == nil)
+    }
+
+    @Test func aRestartFinishesAnEndThatWasUnderWay() throws {
+        var session = Self.session([.invertColors])
+        session.isEnding = true
+        session.snapshot = [.invertLightness: .unset]
+        let plan = RecoveryPlan(
+            state: JournalState(session: session, restrictions: []), keyMap: FeatureKeyMap(),
+            currentValues: [.invertLightness: .bool(true)], ownerConnected: true, nowUsec: 1)
+        #expect(plan.unfinishedEnd && plan.endsNow && !plan.expired)
+        #expect(plan.changes.isEmpty && plan.givenBack.isEmpty)
+    }
+
+    @Test func aCommitThatChangesNothingWritesNoJournal() throws {
+        let store = store(MemorySettingsBackend())
+        var registry = store.registry
+        try registry.register([RestrictionRegistration(identifier: "org.example.pay", text: "Pay")])
+        try store.commit(registry)
+        // A journal that can no longer be written: only a write would notice.
+        try FileManager.default.removeItem(atPath: directory.path)
+        try "not a directory".write(toFile: directory.path, atomically: false, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: directory.path) }
+        var same = store.registry
+        try same.register([RestrictionRegistration(identifier: "org.example.pay", text: "Pay")])
+        try store.commit(same)
+    }
+
+    /// The memory backend, but a write can be held until the test lets it go.
+    final class HeldBackend: SettingsBackend {
+        let inner = MemorySettingsBackend()
+        var holdNext = false
+        var held: CheckedContinuation<Void, Never>?
+        var name: String { inner.name }
+        var realisesEveryFeature: Bool { true }
+        func availability(of key: SettingKey, for value: SettingValue) -> SettingAvailability {
+            inner.availability(of: key, for: value)
+        }
+        func check(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) -> CheckedChange {
+            try inner.check(changes)
+        }
+        func userValue(of key: SettingKey) throws(SettingsBackendError) -> SettingValue? { try inner.userValue(of: key) }
+        nonisolated(nonsending) func apply(_ change: CheckedChange) async throws(SettingsBackendError) {
+            if holdNext {
+                holdNext = false
+                await withCheckedContinuation { held = $0 }
+            }
+            try await inner.apply(change)
+        }
+        /// Waits until a write is held, then lets it go after `meanwhile`.
+        nonisolated(nonsending) func release(after meanwhile: () throws -> Void) async rethrows {
+            while held == nil { await Task.yield() }
+            try meanwhile()
+            held!.resume()
+            held = nil
+        }
+    }
+
+    @MainActor @Test func whatHappensWhileAWriteIsOutIsKeptAndJournaledWithIt() async throws {
+        let backend = HeldBackend()
+        let store = SessionStore(journal: journal, backend: backend, keyMap: FeatureKeyMap())
+        try await store.exclusively { try await store.begin(Self.session([.zoom])) }
+        backend.holdNext = true
+        let write = Task { @MainActor in try await store.exclusively { try await store.setFeatures([.zoom, .grayscale]) } }
+        try await backend.release { () throws in
+            // The owner leaves while dconf-service writes: the journal keeps
+            // the write it is ahead by, and the departure.
+            store.note { $0.connectionLeft(":1.1") }
+            #expect(try journal.load()?.session?.owner == nil)
+            #expect(try journal.load()?.session?.features == [.zoom, .grayscale])
+            #expect(store.session?.features == [.zoom])
+        }
+        try await write.value
+        #expect(store.session?.owner == nil)
+        #expect(store.session?.features == [.zoom, .grayscale])
+    }
+
+    @MainActor @Test func writesTakeTurnsInTheOrderTheyCame() async throws {
+        let backend = HeldBackend()
+        let store = SessionStore(journal: journal, backend: backend, keyMap: FeatureKeyMap())
+        try await store.exclusively { try await store.begin(Self.session([.zoom])) }
+        backend.holdNext = true
+        let first = Task { @MainActor in try await store.exclusively { try await store.setFeatures([.zoom, .grayscale]) } }
+        var order: [String] = []
+        await backend.release {
+            let second = Task { @MainActor in
+                try await store.exclusively {
+                    // Checked in its turn: the first write is done.
+                    order.append("second sees \(store.session!.features.sortedWireNames)")
+                    try await store.setFeatures(store.session!.features.union([.highContrast]))
+                }
+            }
+            _ = second
+            order.append("first released")
+        }
+        try await first.value
+        while store.session?.features.contains(.highContrast) != true { await Task.yield() }
+        #expect(order == ["first released", "second sees [\"grayscale\", \"zoom\"]"])
+        #expect(store.session?.features == [.zoom, .grayscale, .highContrast])
+    }
+
     // MARK: Taking up the journal
 
     /// A journal holding `session`, loaded back.

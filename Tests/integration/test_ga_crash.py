@@ -341,3 +341,30 @@ def test_a_key_given_back_and_changed_by_the_user_stays_after_a_restart(ga_env, 
     assert _journaled_keys(ga_env) == ["screen-reader-enabled"]
     app.call("EndSession")
     assert ga_env.snapshot()["/org/gnome/desktop/a11y/magnifier/mag-factor"] == 5.0
+
+
+def test_a_fifo_in_place_of_the_journal_is_kept_aside_and_start_up_goes_on(ga_env, gad):
+    # open() of a FIFO waits for a writer: start-up must not.
+    gad.kill9()
+    path = ga_env.state_dir / "journal.json"
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    gad.start()
+    assert Recorder(ga_env).prop("SessionActive") is False
+    assert not path.exists()
+    assert list(ga_env.state_dir.glob("journal.corrupt-*"))
+    assert "not a regular file" in gad.log()
+
+
+def test_a_journal_with_values_no_caller_could_set_is_corrupt_not_resumed(ga_env, gad):
+    # Zoom factor -5: resumed before with zoom reported on and nothing applied.
+    import json
+    ok(ga_env.busctl_call("StartSession", *busctl_options(features=["zoom"])))
+    gad.kill9()
+    path, record = journal(ga_env)
+    record["session"]["zoomFactor"] = -5
+    path.write_text(json.dumps(record))
+    gad.start()
+    assert Recorder(ga_env).prop("SessionActive") is False
+    assert list(ga_env.state_dir.glob("journal.corrupt-*"))
+    assert "zoom factor -5.0 is outside" in gad.log()
