@@ -58,26 +58,47 @@ public final class SessionStore {
 
     // MARK: Sessions
 
-    /// Starts `new` with its features' keys written, all or nothing. A write
-    /// of unknown outcome is put back at once; if that cannot be done
-    /// either, the session stays with no features and its keys owed, and
-    /// the caller must end it later (`session` is then not nil).
+    /// Starts `new` with its features' keys written, all or nothing. Keys
+    /// still owed a restore (`owed`) join its snapshot: its end restores
+    /// them. A write of unknown outcome makes its keys owed, and their
+    /// restore is tried at once.
     nonisolated(nonsending) public func begin(_ new: Session) async throws(GuidedAccessError) {
         precondition(session == nil, "a session is active")
+        var new = new
+        new.snapshot.merge(owed) { _, owedValue in owedValue }
         switch await transact(keyMap.change(from: [], to: new.features, options: new.keyMapOptions), to: new) {
         case .written(let started):
             session = started
+            owed = [:]
             generation &+= 1
         case .failed(let error):
             throw error
-        case .unknown(let error, var owing):
-            owing.features = []
-            owing.programs = [:]
-            session = owing
-            generation &+= 1
-            _ = try? await end()
+        case .unknown(let error, let attempted):
+            owed = attempted.snapshot
+            try? record(nil)
+            _ = await settleOwed()
             throw error
         }
+    }
+
+    /// Keys a session that did not start may have changed (its write's
+    /// outcome is unknown), with their values from before it: journaled (as
+    /// an ending session, which a restart ends), put back by `settleOwed`,
+    /// or by the end of the next session, whose snapshot takes them.
+    public private(set) var owed: [SettingKey: StoredValue] = [:]
+
+    /// Puts the owed keys back; true once none are owed.
+    nonisolated(nonsending) public func settleOwed() async -> Bool {
+        precondition(turns.isTaken, "a settings write outside `exclusively`")
+        guard !owed.isEmpty, session == nil else { return owed.isEmpty }
+        do {
+            try await backend.apply(try backend.check(owed.mapValues(\.settingValue)))
+        } catch {
+            return false
+        }
+        owed = [:]
+        try? record(nil)
+        return true
     }
 
     /// Turns the session's features into `features`, all or nothing. The
@@ -188,7 +209,7 @@ public final class SessionStore {
     public func commit(_ updated: RestrictionRegistry) throws(GuidedAccessError) {
         guard updated != registry else { return }
         do {
-            try journal.record(JournalState(session: ahead ?? session, restrictions: updated.restrictions))
+            try journal.record(JournalState(session: ahead ?? session ?? owedSession, restrictions: updated.restrictions))
         } catch {
             throw .backendFailed("cannot record the restrictions: \(error)")
         }
@@ -204,9 +225,18 @@ public final class SessionStore {
         try record(session)
     }
 
+    /// The owed keys as the journal keeps them: a session without owner or
+    /// features whose end is under way.
+    private var owedSession: Session? {
+        guard !owed.isEmpty else { return nil }
+        return Session(
+            owner: nil, ownerIdentity: OwnerIdentity(uid: 0, executablePath: nil), features: [], zoomFactor: 1,
+            textScale: 1, inhibitSleep: false, deadlineUsec: 0, snapshot: owed, isEnding: true)
+    }
+
     private func record(_ new: Session?) throws(GuidedAccessError) {
         do {
-            try journal.record(JournalState(session: new, restrictions: registry.restrictions))
+            try journal.record(JournalState(session: new ?? owedSession, restrictions: registry.restrictions))
         } catch {
             throw .backendFailed("cannot record the session: \(error)")
         }
@@ -272,8 +302,10 @@ public final class SessionStore {
                 return .failed(failure)
             }
             let taken = ahead!.snapshot.filter { known[$0.key] == nil }
-            session?.snapshot.merge(taken) { kept, _ in kept }
-            try? record(session)
+            if session != nil {  // else a session beginning: it journals what it owes
+                session!.snapshot.merge(taken) { kept, _ in kept }
+                try? record(session)
+            }
             var owing = ahead!
             owing.snapshot.merge(taken) { kept, _ in kept }
             return .unknown(failure, owing)

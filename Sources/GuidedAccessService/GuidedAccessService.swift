@@ -85,6 +85,8 @@ public actor GuidedAccessService {
     var credentialCache = CredentialCache(capacity: 64)
     /// A pending journal write after keys were given back (`journalSoon`).
     var journalRefresh: Task<Void, Never>?
+    /// Retries putting back owed keys (`settleOwedSoon`).
+    var settleTask: Task<Void, Never>?
     let inhibitor: SleepInhibitor
     /// Whether the object is on the bus: before, signals have no one to go to
     /// (the name is not ours yet) and the bus layer refuses them.

@@ -24,10 +24,9 @@ extension GuidedAccessService {
                 do {
                     try await store.begin(Session(owner: caller, options: parameters, nowUsec: Self.nowUsec()))
                 } catch {
-                    // A write of unknown outcome that could not be put back
-                    // at once: the session stays, owing its keys, and ends
-                    // as soon as the store answers.
-                    if session != nil { scheduleEnd(of: store.generation, reason: .ended) }
+                    // A write of unknown outcome whose keys could not be put
+                    // back at once: again as soon as the store answers.
+                    if !store.owed.isEmpty { settleOwedSoon() }
                     throw error
                 }
             case .asOwner, .needsOperator:
@@ -246,6 +245,28 @@ extension GuidedAccessService {
         } catch {
             logger.error("cannot bring the journal up to date after a feature was turned off: \(error)")
         }
+    }
+
+    /// Puts back what a session that did not start may have changed,
+    /// retried with back-off until the store answers or a session takes the
+    /// keys over.
+    func settleOwedSoon() {
+        guard settleTask == nil else { return }
+        settleTask = Task(executorPreference: connection.loop) { [self] in await settleOwed() }
+    }
+
+    private func settleOwed() async {
+        var backoff: Duration = .seconds(1)
+        while !Task.isCancelled {
+            try? await connection.loop.sleep(for: backoff)
+            if (try? await store.exclusively({ await store.settleOwed() })) == true {
+                logger.notice("the keys a session that did not start may have changed are put back")
+                break
+            }
+            backoff = min(backoff * 2, .seconds(60))
+            logger.error("cannot put back yet the keys a session that did not start may have changed; retrying in \(backoff)")
+        }
+        settleTask = nil
     }
 
     // MARK: Owner tracking

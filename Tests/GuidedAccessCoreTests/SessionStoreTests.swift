@@ -188,6 +188,37 @@ import Testing
         #expect(try journal.load()?.session == nil)
     }
 
+    @Test func keysOwedByASessionThatDidNotStartAreJournaledAndPutBackLater() async throws {
+        let backend = MemorySettingsBackend()
+        let store = store(backend)
+        // Neither the write nor its immediate restore is answered in time.
+        backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
+        backend.failNextApply(with: Self.unanswered)
+        await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.grayscale])) }
+        #expect(store.session == nil)
+        #expect(store.owed.count == 4 && store.owed.values.allSatisfy { $0 == .unset })
+        #expect(backend.values[.colorSaturation] == .double(0.0))
+        // A restart would end what the journal holds.
+        let journaled = try journal.load()?.session
+        #expect(journaled?.isEnding == true && journaled?.snapshot == store.owed)
+        #expect(try await store.exclusively { await store.settleOwed() })
+        #expect(backend.values.isEmpty && store.owed.isEmpty)
+        #expect(try journal.load()?.session == nil)
+    }
+
+    @Test func theNextSessionTakesOverTheOwedKeysAndItsEndRestoresThem() async throws {
+        let backend = MemorySettingsBackend()
+        let store = store(backend)
+        backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
+        backend.failNextApply(with: Self.unanswered)
+        await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.grayscale])) }
+        try await begin(store, Self.session([.zoom]))
+        #expect(store.owed.isEmpty)
+        #expect(store.session?.snapshot[.colorSaturation] == .unset)
+        _ = try await end(store)
+        #expect(backend.values.isEmpty)
+    }
+
     @Test func anEndThatCannotBeRecordedChangesNothingAndCanBeRetried() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend)

@@ -368,3 +368,26 @@ def test_a_journal_with_values_no_caller_could_set_is_corrupt_not_resumed(ga_env
     assert Recorder(ga_env).prop("SessionActive") is False
     assert list(ga_env.state_dir.glob("journal.corrupt-*"))
     assert "zoom factor -5.0 is outside" in gad.log()
+
+
+def test_a_session_whose_first_write_dconf_service_does_not_answer_does_not_start_and_changes_nothing(ga_env, gad):
+    ga_env.gsettings_set(MAGNIFIER, "mag-factor", "3.0")  # dconf-service runs
+    baseline = ga_env.snapshot()
+    dconf_service = dconf_service_pid(ga_env)
+    os.kill(dconf_service, signal.SIGSTOP)
+    try:
+        rec = Recorder(ga_env)
+        name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["grayscale"], signature="s")},))
+        assert name == GA_ERROR + "BackendFailed", (name, message)
+        assert rec.prop("SessionActive") is False
+    finally:
+        os.kill(dconf_service, signal.SIGCONT)
+    # dconf-service writes the queued change, then the restore sent after it.
+    deadline = time.monotonic() + 10
+    while ga_env.snapshot() != baseline:
+        assert time.monotonic() < deadline, f"keys left changed: {ga_env.snapshot()}"
+        time.sleep(0.1)
+    # The next customer's session starts, and its end leaves the kiosk as it was.
+    rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
+    rec.call("EndSession")
+    assert_keys(ga_env.snapshot(), baseline)
