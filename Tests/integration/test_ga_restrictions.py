@@ -191,6 +191,25 @@ def test_unregister_with_an_unknown_identifier_removes_none(ga_env, gad, rec):
     assert len(listed(rec)) == 3
 
 
+def test_unregister_naming_an_identifier_twice_is_invalid_args_naming_it_and_removes_none(ga_env, gad, rec):
+    register(rec, SAMPLE)
+    name, message = rec.error("UnregisterRestrictions", "as",
+                              (["org.example.kiosk.print", "com.example.app.buy", "org.example.kiosk.print"],))
+    assert name == DBUS_ERROR + "InvalidArgs", message
+    assert "'org.example.kiosk.print'" in message, message
+    assert len(listed(rec)) == 3
+
+
+def test_unregister_with_100000_copies_of_one_identifier_is_invalid_args_before_decoding(ga_env, gad, rec):
+    register(rec, SAMPLE)
+    name, message = rec.error("UnregisterRestrictions", "as",
+                              (dbus.Array(["com.example.app.buy"] * 100000, signature="s"),))
+    assert name == DBUS_ERROR + "InvalidArgs", message
+    assert "'identifiers'" in message and "100000" in message and "256" in message, message
+    assert len(listed(rec)) == 3
+    assert alive(rec)
+
+
 def test_unregister_an_empty_list_is_invalid_args(ga_env, gad, rec):
     name, message = rec.error("UnregisterRestrictions", "as", (dbus.Array([], signature="s"),))
     assert name == DBUS_ERROR + "InvalidArgs", message
