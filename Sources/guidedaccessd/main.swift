@@ -23,16 +23,14 @@ mallopt(M_MMAP_THRESHOLD, 128 * 1024)
 mallopt(M_TRIM_THRESHOLD, 128 * 1024)
 
 // Under systemd, stderr is journald's stream: lines carry their priority.
+// Either way, each event is one escaped line of bounded length.
 let logToJournal = JournalStreamLogHandler.stderrIsTheJournal
 LoggingSystem.bootstrap { label in
-    let level: Logger.Level = getenv("GUIDEDACCESS_DEBUG") != nil ? .debug : .info
-    if logToJournal {
-        var handler = JournalStreamLogHandler(label: label)
-        handler.logLevel = level
-        return handler
-    }
-    var handler = StreamLogHandler.standardError(label: label)
-    handler.logLevel = level
+    var handler =
+        logToJournal
+        ? EscapingLogHandler(JournalStreamLogHandler(label: label))
+        : EscapingLogHandler(StreamLogHandler.standardError(label: label))
+    handler.logLevel = getenv("GUIDEDACCESS_DEBUG") != nil ? .debug : .info
     return handler
 }
 let logger = Logger(label: "guidedaccessd")

@@ -210,6 +210,16 @@ def test_unregister_with_100000_copies_of_one_identifier_is_invalid_args_before_
     assert alive(rec)
 
 
+def test_no_log_line_is_longer_than_a_few_kib(ga_env, gad, rec):
+    # The longest lists the API allows, logged: 256 identifiers of 255 bytes.
+    identifiers = [f"{i:03}." + "x" * 251 for i in range(256)]
+    register(rec, [(i, "T", "d" * 1000) for i in identifiers])
+    rec.call("UnregisterRestrictions", "as", (identifiers,))
+    lines = gad.log().splitlines()
+    assert max(len(line.encode()) for line in lines) <= 4096 + 200, max(lines, key=len)[:200]
+    assert any("unregistered restrictions" in line and "bytes cut]" in line for line in lines)
+
+
 def test_unregister_an_empty_list_is_invalid_args(ga_env, gad, rec):
     name, message = rec.error("UnregisterRestrictions", "as", (dbus.Array([], signature="s"),))
     assert name == DBUS_ERROR + "InvalidArgs", message
