@@ -220,6 +220,25 @@ def test_no_log_line_is_longer_than_a_few_kib(ga_env, gad, rec):
     assert any("unregistered restrictions" in line and "bytes cut]" in line for line in lines)
 
 
+def test_registering_what_is_registered_writes_no_journal(ga_env, gad, rec):
+    import os
+
+    journal = ga_env.state_dir / "journal.json"
+
+    def written():
+        status = os.stat(journal)
+        return status.st_ino, status.st_mtime_ns, status.st_ctime_ns
+
+    register(rec, SAMPLE)
+    before = written()
+    register(rec, SAMPLE)
+    register(rec, SAMPLE[:1])
+    assert written() == before, "the journal was written again for a batch that changed nothing"
+    register(rec, [("org.example.kiosk.print", "Printing", "Another detail")])
+    assert written() != before  # a change is journaled
+    assert listed(rec)[2] == ("org.example.kiosk.print", "Printing", "Another detail", "allow")
+
+
 def test_unregister_an_empty_list_is_invalid_args(ga_env, gad, rec):
     name, message = rec.error("UnregisterRestrictions", "as", (dbus.Array([], signature="s"),))
     assert name == DBUS_ERROR + "InvalidArgs", message
