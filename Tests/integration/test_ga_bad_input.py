@@ -98,6 +98,51 @@ def test_out_of_range_factor_is_invalid_args_naming_it(ga_env, gad, rec, key, va
     assert_alive_and_unchanged(ga_env, gad, rec, False)
 
 
+@pytest.mark.parametrize("key,value,shown", [
+    ("zoom-factor", float("nan"), "nan"),
+    ("zoom-factor", float("inf"), "inf"),
+    ("text-scale", float("-inf"), "-inf"),
+    ("time-limit", dbus.UInt64(2678401), "2678401"),
+    ("time-limit", dbus.UInt64(2**64 - 1), str(2**64 - 1)),
+], ids=["zoom-nan", "zoom-inf", "text-minus-inf", "time-limit-31-days-and-1-s", "time-limit-max"])
+def test_a_number_that_is_no_number_or_out_of_range_is_invalid_args_naming_it(ga_env, gad, rec, key, value, shown):
+    if isinstance(value, float):
+        value = dbus.Double(value)
+    name, message = rec.error("StartSession", "a{sv}", ({key: value,
+                                                         "features": dbus.Array(["zoom", "large-text"], signature="s")},))
+    assert name == DBUS_ERROR + "InvalidArgs", message
+    assert key in message and shown in message, message
+    assert_alive_and_unchanged(ga_env, gad, rec, False)
+
+
+def nested_arrays(depth):
+    value, signature = dbus.UInt64(0), "t"
+    for _ in range(depth):
+        value, signature = dbus.Array([value], signature=signature), "a" + signature
+    return value
+
+
+def wide_arrays(width, depth):
+    value, signature = "zoom", "s"
+    for _ in range(depth):
+        value, signature = dbus.Array([value] * width, signature=signature), "a" + signature
+    return value
+
+
+@pytest.mark.parametrize("key,make,named", [
+    # Variants in variants, as deep as libdbus lets a message go.
+    ("features", lambda: dbus.Array(["zoom"], signature="s", variant_level=60), "features"),
+    ("time-limit", lambda: nested_arrays(30), "time-limit"),
+    # Three at each of 5 levels: 363 values, more than options may hold.
+    ("features", lambda: wide_arrays(3, 5), "64"),
+], ids=["variants-60-deep", "arrays-30-deep", "3-wide-5-deep"])
+def test_deeply_nested_options_are_invalid_args_and_the_service_stays_up(ga_env, gad, rec, key, make, named):
+    name, message = rec.error("StartSession", "a{sv}", (dbus.Dictionary({key: make()}, signature="sv"),))
+    assert name == DBUS_ERROR + "InvalidArgs", message
+    assert named in message, message
+    assert_alive_and_unchanged(ga_env, gad, rec, False)
+
+
 def test_zoom_factor_40_from_gdbus_is_invalid_args(ga_env, gad, rec):
     rc, out, err = ga_env.gdbus_call("StartSession", "{'zoom-factor': <40.0>, 'features': <['zoom']>}")
     assert rc != 0, out

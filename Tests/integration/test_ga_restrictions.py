@@ -295,6 +295,15 @@ def test_a_batch_of_257_restrictions_is_limit_exceeded(ga_env, gad, rec):
     assert listed(rec) == []
 
 
+def test_one_batch_of_10000_restrictions_is_limit_exceeded_and_the_service_stays_up(ga_env, gad, rec):
+    name, message = rec.error("RegisterRestrictions", "a(sss)",
+                              (restrictions([(f"r.{i:05}", "T", "") for i in range(10000)]),))
+    assert name == GA_ERROR + "LimitExceeded", message
+    assert "10000" in message and "256" in message, message
+    assert listed(rec) == []
+    assert alive(rec)
+
+
 def test_the_257th_restriction_is_limit_exceeded(ga_env, gad, rec):
     register(rec, [(f"r.{i:03}", "T", "") for i in range(256)])
     name, message = rec.error("RegisterRestrictions", "a(sss)", (restrictions([("r.extra", "T", "")]),))
