@@ -23,7 +23,8 @@ let package = Package(
         .systemLibrary(
             name: "CDBus", path: "Modules/CDBus", pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]),
-        // Linux event sources (epoll, eventfd, timerfd, signalfd) for the main loop.
+        // Linux event sources (epoll, eventfd, timerfd, signalfd) for the main
+        // loop, and glibc's malloc tuning for the daemon.
         .systemLibrary(name: "CLinux", path: "Modules/CLinux"),
         // Forking a helper (guidedaccessctl's polkit agent) as systemd's tools do.
         .systemLibrary(name: "CProcess", path: "Modules/CProcess"),
@@ -87,7 +88,7 @@ let package = Package(
             name: "guidedaccessd",
             dependencies: [
                 "GuidedAccessService", "GSettingsBackend", "DconfBackend", "KeyFile", "DBus", "GuidedAccessCore",
-                .product(name: "Logging", package: "swift-log"),
+                "CLinux", .product(name: "Logging", package: "swift-log"),
             ]),
 
         // The client library for kiosk apps: the service's API in Swift types,

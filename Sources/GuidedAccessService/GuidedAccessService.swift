@@ -204,27 +204,31 @@ public actor GuidedAccessService {
         Interface(
             GuidedAccessBus.interface,
             methods: [
-                Method(GuidedAccessMethod.startSession.rawValue, Argument("options", [String: Variant].self)) {
-                    [self] call, options in
+                Method(
+                    GuidedAccessMethod.startSession.rawValue,
+                    Argument("options", [String: Variant].self, bounds: .sessionOptions)
+                ) { [self] call, options in
                     try await audited(call) { try await self.startSession(call, options) }
                 },
                 Method(GuidedAccessMethod.endSession.rawValue) { [self] call in
                     try await audited(call) { try await self.endSessionCall(call) }
                 },
                 Method(
-                    GuidedAccessMethod.configureForSession.rawValue, Argument("features", [String].self),
-                    Argument("enabled", Bool.self)
+                    GuidedAccessMethod.configureForSession.rawValue,
+                    Argument("features", [String].self, bounds: .features), Argument("enabled", Bool.self)
                 ) { [self] call, features, enabled in
                     try await audited(call) { try await self.configureForSession(call, features, enabled) }
                 },
                 Method(
                     GuidedAccessMethod.registerRestrictions.rawValue,
-                    Argument("restrictions", [RestrictionRegistration].self)
+                    Argument("restrictions", [RestrictionRegistration].self, bounds: .restrictionBatch)
                 ) { [self] call, batch in
                     try await audited(call) { try await self.registerRestrictions(call, batch) }
                 },
-                Method(GuidedAccessMethod.unregisterRestrictions.rawValue, Argument("identifiers", [String].self)) {
-                    [self] call, identifiers in
+                Method(
+                    GuidedAccessMethod.unregisterRestrictions.rawValue,
+                    Argument("identifiers", [String].self, bounds: .restrictionIdentifiers)
+                ) { [self] call, identifiers in
                     try await audited(call) { try await self.unregisterRestrictions(call, identifiers) }
                 },
                 Method(

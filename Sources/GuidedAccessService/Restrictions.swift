@@ -10,6 +10,9 @@ extension GuidedAccessService {
         try await admitClient(call)
         var current = store.registry  // as it is after the wait
         try current.register(batch)
+        // The same texts again (a client registering at each start): nothing
+        // to journal, nothing to log.
+        guard current != store.registry else { return }
         try store.commit(current)
         logger.info("registered restrictions \(batch.map { $0.identifier })")
     }
