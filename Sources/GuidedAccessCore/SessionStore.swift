@@ -204,10 +204,11 @@ public final class SessionStore {
 
     // MARK: Restrictions
 
-    /// Replaces the restrictions, journaled first; nothing is written when
-    /// nothing changed.
-    public func commit(_ updated: RestrictionRegistry) throws(GuidedAccessError) {
-        guard updated != registry else { return }
+    /// Replaces the restrictions, journaled first. Returns false, having
+    /// written nothing, when nothing changed.
+    @discardableResult
+    public func commit(_ updated: RestrictionRegistry) throws(GuidedAccessError) -> Bool {
+        guard updated != registry else { return false }
         do {
             try journal.record(JournalState(session: ahead ?? session ?? owedSession, restrictions: updated.restrictions))
         } catch {
@@ -215,6 +216,7 @@ public final class SessionStore {
         }
         journalBehind = false
         registry = updated
+        return true
     }
 
     // MARK: The journal

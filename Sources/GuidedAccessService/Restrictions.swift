@@ -11,9 +11,8 @@ extension GuidedAccessService {
         var current = store.registry  // as it is after the wait
         try current.register(batch)
         // The same texts again (a client registering at each start): nothing
-        // to journal, nothing to log.
-        guard current != store.registry else { return }
-        try store.commit(current)
+        // journaled, nothing to log.
+        guard try store.commit(current) else { return }
         logger.info("registered restrictions \(batch.map { $0.identifier })")
     }
 
