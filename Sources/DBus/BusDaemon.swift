@@ -71,6 +71,13 @@ extension Connection {
         }
     }
 
+    /// Every name on the bus now, unique and well-known (`ListNames`).
+    public func listNames() async throws(DBusError) -> [String] {
+        let reply = try await callBus("ListNames", [])
+        guard case .array(.string, let names)? = reply.first else { throw .failed("unexpected ListNames reply") }
+        return names.compactMap { if case .string(let name) = $0 { name } else { nil } }
+    }
+
     /// The bus's own id (`org.freedesktop.DBus.GetId`).
     public func busID() async throws(DBusError) -> String {
         let reply = try await callBus("GetId", [])

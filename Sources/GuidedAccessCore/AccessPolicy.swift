@@ -79,6 +79,10 @@ public struct AccessPolicy: Hashable, Sendable {
             || caller.systemdUnit.map(clientUnits.contains) == true
     }
 
+    /// Whether `[Clients]` admits by executable or unit: by what the caller's
+    /// process is, not only by the user the bus vouches for.
+    public var admitsByProcess: Bool { !clientExecutables.isEmpty || !clientUnits.isEmpty }
+
     /// Whether the lists (and the mode's rules) make the caller an operator.
     public func isOperator(_ caller: CallerIdentity) -> Bool {
         if isBuiltIn(caller, groupConfigured: operatorsConfigured) { return true }

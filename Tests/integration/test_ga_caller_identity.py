@@ -1,12 +1,17 @@
 """Who a caller is (spec: Identity, Authorization), against callers that lie
-about it: system mode's `[Clients] AllowUnits` with processes of other users
-(`setpriv`) in cgroups they created.
+about it: system mode's `[Clients] AllowExecutables` and `AllowUnits` with
+processes of other users (`setpriv`), cgroups they created, and pids they
+recycled (`pid_reuse.py`, in a pid namespace of its own).
 
 The daemon runs in system mode (memory backend) with no polkit on the bus:
 a caller the lists do not admit is told "polkit is not available".
 """
 
+import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +20,7 @@ from conftest import start_guidedaccessd
 from gadaemon import IFACE, NAME, PATH
 
 NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+HERE = Path(__file__).resolve().parent
 
 
 def start_system_daemon(env, clients):
@@ -30,6 +36,78 @@ def session_active(env):
 
 def busctl_argv(env, member, *args, program="busctl"):
     return [program, f"--address={env.address}", "call", NAME, PATH, IFACE, member, *args]
+
+
+def installed_copy(env, source, name, mode):
+    """A copy of `source` at ROOT/bin/NAME with `mode`, owned by root."""
+    directory = env.root / "bin"
+    directory.mkdir(mode=0o755, exist_ok=True)
+    target = directory / name
+    shutil.copy(source, target)
+    os.chmod(target, mode)
+    return target
+
+
+# ---------------------------------------------------------------- fork and exec (spec: Identity)
+
+FORK_EXEC = """
+import os, sys, time
+import dbus, dbus.bus
+
+address, program = sys.argv[1:3]
+bus = dbus.bus.BusConnection(address)
+child = os.fork()
+if child:
+    os.execv(program, [program, "30"])
+time.sleep(0.3)  # the parent has exec'd the allowed program by now
+try:
+    bus.call_blocking("org.guidedaccess.GuidedAccess1", "/org/guidedaccess/GuidedAccess1",
+                      "org.guidedaccess.GuidedAccess1", "StartSession", "a{sv}", ({},), timeout=10)
+    print("admitted", flush=True)
+except dbus.DBusException as error:
+    print("denied", error.get_dbus_message(), flush=True)
+os.kill(os.getppid(), 9)
+"""
+
+
+def test_a_caller_whose_connecting_process_execs_an_allowed_program_is_admitted_as_the_spec_says(ga_env):
+    # Executable identity is the connecting process's program now: a
+    # process that connects, forks, and execs the allowed program keeps a
+    # connection in its child that counts as that program (README:
+    # AllowExecutables alone is no security boundary).
+    allowed = installed_copy(ga_env, "/bin/sleep", "kiosk-app", 0o755)
+    start_system_daemon(ga_env, f"AllowExecutables={allowed}")
+    script = ga_env.root / "fork_exec.py"
+    script.write_text(FORK_EXEC)
+    code, out, err = ga_env.run(["/usr/bin/python3", str(script), ga_env.address, str(allowed)], prefix=NOBODY)
+    assert out.strip() == "admitted", (out, err)
+
+
+# ---------------------------------------------------------------- pid reuse
+
+
+def pid_reuse(scenario):
+    """Runs pid_reuse.py in a new pid namespace (where pid_max is its own)."""
+    completed = subprocess.run(
+        ["unshare", "--fork", "--pid", "--mount-proc", sys.executable, str(HERE / "pid_reuse.py"), scenario],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(HERE)})
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    return json.loads(completed.stdout.splitlines()[-1])
+
+
+def test_a_recycled_pid_running_the_allowed_program_as_the_same_user_is_not_the_caller():
+    result = pid_reuse("same-user")
+    assert result["reused"], result
+    assert result["outcome"].startswith("denied"), result
+    assert "started after its connection" in result["daemon_log"], result["daemon_log"]
+
+
+def test_a_recycled_pid_running_another_users_allowed_program_is_not_the_caller():
+    result = pid_reuse("other-user")
+    assert result["reused"], result
+    assert result["outcome"].startswith("denied"), result
+    assert "runs as uid 0, not as the connection's uid 65534" in result["daemon_log"], result["daemon_log"]
 
 
 # ---------------------------------------------------------------- units and cgroups
