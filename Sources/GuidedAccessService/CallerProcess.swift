@@ -14,7 +14,7 @@ struct CallerProcess: Hashable {
     var startTicks: UInt64
     /// The effective uid (the second field of `Uid:` in `/proc/PID/status`).
     var effectiveUID: UInt32
-    var executable: String?
+    var executable: Executable?
     var systemdUnit: String?
 
     /// nil when there is no such process (any more).
@@ -58,12 +58,16 @@ struct CallerProcess: Hashable {
         return ids.count == 4 ? UInt32(ids[1]) : nil
     }
 
-    /// Where `exe` links to.
-    private static func executable(in directory: Int32) -> String? {
+    /// The file `exe` links to, and the path the process's namespace shows it at.
+    private static func executable(in directory: Int32) -> Executable? {
+        var status = stat()
+        guard fstatat(directory, "exe", &status, 0) == 0 else { return nil }
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let count = readlinkat(directory, "exe", &buffer, buffer.count - 1)
         guard count > 0 else { return nil }
-        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return Executable(
+            path: String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self),
+            file: FileIdentity(device: UInt64(status.st_dev), inode: UInt64(status.st_ino)))
     }
 
     private static func read(_ name: String, in directory: Int32) -> String? {

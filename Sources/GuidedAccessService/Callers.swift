@@ -27,7 +27,7 @@ extension GuidedAccessService {
         let process = connectingProcess(credentials, uid: uid, of: call.sender)
         let identity = CallerIdentity(
             uid: uid, gids: credentials.gids, pid: process?.pid ?? credentials.pid ?? 0,
-            executablePath: process?.executable, systemdUnit: process?.systemdUnit)
+            executable: process?.executable, systemdUnit: process?.systemdUnit)
         return BusCaller(uniqueName: call.sender, identity: identity)
     }
 

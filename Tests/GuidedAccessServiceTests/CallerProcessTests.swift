@@ -1,6 +1,7 @@
 import CProcess
 import Foundation
 import Glibc
+import GuidedAccessCore
 import Testing
 
 @testable import GuidedAccessService
@@ -30,9 +31,7 @@ import Testing
     /// Waits until the child has exec'd `program` (`setpriv` execs it in place).
     func settled(_ child: Child, running program: String) throws -> CallerProcess {
         for _ in 0..<200 {
-            if let process = CallerProcess(pid: child.pid), process.executable == String(cString: realpath(program, nil)) {
-                return process
-            }
+            if let process = CallerProcess(pid: child.pid), process.executable?.isFile(at: program) == true { return process }
             usleep(10_000)
         }
         throw CancellationError()
@@ -50,10 +49,12 @@ import Testing
         #expect(CallerProcess.effectiveUID(fromStatus: "Name:\tx\n") == nil)
     }
 
-    @Test func aProcessIsReadWithItsUserAndProgram() throws {
+    @Test func aProcessIsReadWithItsProgramAsAFile() throws {
         let child = try Child(["/bin/sleep", "30"])
         let process = try settled(child, running: "/bin/sleep")
         #expect(process.effectiveUID == geteuid())
+        #expect(process.executable?.path == String(cString: realpath("/bin/sleep", nil)))
+        #expect(process.executable?.isFile(at: "/usr/bin/env") == false)
     }
 
     @Test(.enabled(if: geteuid() == 0, "needs root to run a process as nobody"))

@@ -1,7 +1,8 @@
 """Who a caller is (spec: Identity, Authorization), against callers that lie
-about it: system mode's `[Clients] AllowExecutables` and `AllowUnits` with
-processes of other users (`setpriv`), cgroups they created, and pids they
-recycled (`pid_reuse.py`, in a pid namespace of its own).
+about it: system mode's `[Clients] AllowExecutables` and `AllowUnits`, and
+take-over, with processes of other users (`setpriv`), mount namespaces of
+their own (`unshare -Urm`), cgroups they created, and pids they recycled
+(`pid_reuse.py`, in a pid namespace of its own).
 
 The daemon runs in system mode (memory backend) with no polkit on the bus:
 a caller the lists do not admit is told "polkit is not available".
@@ -46,6 +47,44 @@ def installed_copy(env, source, name, mode):
     shutil.copy(source, target)
     os.chmod(target, mode)
     return target
+
+
+# ---------------------------------------------------------------- executables and mount namespaces
+
+
+def test_an_allowed_executable_is_admitted(ga_env):
+    start_system_daemon(ga_env, "AllowExecutables=/usr/bin/busctl")
+    code, _, err = ga_env.run(busctl_argv(ga_env, "StartSession", "a{sv}", "0"), prefix=NOBODY)
+    assert code == 0, err
+    assert session_active(ga_env)
+
+
+def test_another_program_bind_mounted_over_an_allowed_path_in_a_mount_namespace_is_not_admitted(ga_env):
+    # The allowed program is root's alone (0700); nobody mounts busctl over
+    # its path in a namespace of its own and runs it from there.
+    allowed = installed_copy(ga_env, "/bin/sleep", "kiosk-app", 0o700)
+    start_system_daemon(ga_env, f"AllowExecutables={allowed}")
+    call = " ".join(busctl_argv(ga_env, "StartSession", "a{sv}", "0", program=str(allowed)))
+    code, _, err = ga_env.run(["unshare", "-Urm", "sh", "-c", f"mount --bind /usr/bin/busctl {allowed} && exec {call}"],
+                              prefix=NOBODY)
+    assert code != 0, "admitted as the program at the allowed path"
+    assert "polkit is not available" in err, err
+    assert not session_active(ga_env)
+
+
+def test_take_over_is_refused_to_another_program_mounted_over_the_owners_path(ga_env):
+    start_system_daemon(ga_env, "AllowUsers=nobody")
+    owner = installed_copy(ga_env, "/usr/bin/busctl", "kiosk-ctl", 0o755)
+    code, _, err = ga_env.run(busctl_argv(ga_env, "StartSession", "a{sv}", "0", program=str(owner)), prefix=NOBODY)
+    assert code == 0, err  # its process has gone: the owner is gone
+    end = busctl_argv(ga_env, "EndSession", program=str(owner))
+    code, _, err = ga_env.run(["unshare", "-Urm", "sh", "-c",
+                               f"mount --bind /usr/bin/busctl {owner} && exec {' '.join(end)}"], prefix=NOBODY)
+    assert code != 0, "took over as the owner's program"
+    assert session_active(ga_env)
+    code, _, err = ga_env.run(end, prefix=NOBODY)  # the owner's program itself takes over
+    assert code == 0, err
+    assert not session_active(ga_env)
 
 
 # ---------------------------------------------------------------- fork and exec (spec: Identity)
