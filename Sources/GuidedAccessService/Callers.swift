@@ -126,16 +126,16 @@ extension GuidedAccessService {
     }
 
     /// Asks polkit when the lists did not admit the caller.
-    func admit(_ verdict: AccessVerdict, _ call: MethodCall) async throws {
+    func admit(_ verdict: AccessVerdict, _ caller: BusCaller, _ call: MethodCall) async throws {
         guard case .askPolkit(let action) = verdict else { return }
         try await settings.authority.authorize(
-            action: action, busName: call.sender, interactive: call.allowInteractiveAuthorization)
+            action: action, caller: caller, interactive: call.allowInteractiveAuthorization)
     }
 
     /// Admits a client (RegisterRestrictions, UnregisterRestrictions).
     func admitClient(_ call: MethodCall) async throws {
         let caller = try await identify(call)
-        try await admit(settings.policy.verdict(for: caller.identity, action: .startSession), call)
+        try await admit(settings.policy.verdict(for: caller.identity, action: .startSession), caller, call)
     }
 }
 
