@@ -67,8 +67,16 @@ def fork_until(pid, run_there):
     return False
 
 
+def own_pid_max():
+    """Whether a pid namespace has a pid_max of its own (Linux ≥ 6.14);
+    before, writing it would change the whole machine's."""
+    release = os.uname().release.split("-")[0].split(".")
+    return (int(release[0]), int(release[1])) >= (6, 14)
+
+
 def main(scenario):
     assert os.getpid() == 1, "run me as pid 1 of a new pid namespace; the global pid_max must not change"
+    assert own_pid_max(), "this kernel's pid_max is the whole machine's"
     with open("/proc/sys/kernel/pid_max", "w") as f:
         f.write(str(PID_MAX))
     env = gadaemon.GAEnv()

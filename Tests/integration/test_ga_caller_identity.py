@@ -127,6 +127,10 @@ def test_a_caller_whose_connecting_process_execs_an_allowed_program_is_admitted_
 
 def pid_reuse(scenario):
     """Runs pid_reuse.py in a new pid namespace (where pid_max is its own)."""
+    import pid_reuse
+
+    if not pid_reuse.own_pid_max():
+        pytest.skip("a pid namespace has a pid_max of its own from Linux 6.14 on")
     completed = subprocess.run(
         ["unshare", "--fork", "--pid", "--mount-proc", sys.executable, str(HERE / "pid_reuse.py"), scenario],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
