@@ -81,7 +81,7 @@ let package = Package(
         .target(
             name: "GuidedAccessService",
             dependencies: [
-                "DBus", "GuidedAccessAPI", "GuidedAccessWire", "GuidedAccessCore", "KioskSession",
+                "DBus", "GuidedAccessAPI", "GuidedAccessWire", "GuidedAccessCore", "KioskSession", "CProcess",
                 .product(name: "Logging", package: "swift-log"),
             ]),
         .executableTarget(
@@ -121,7 +121,7 @@ let package = Package(
         .testTarget(name: "DconfBackendTests", dependencies: ["DconfBackend", "TestSupport"]),
         // What the tests of several targets share: a dbus-daemon and a dconf of their own.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "GuidedAccessServiceTests", dependencies: ["GuidedAccessService", "DBus"]),
+        .testTarget(name: "GuidedAccessServiceTests", dependencies: ["GuidedAccessService", "DBus", "CProcess"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
         // Runs guidedaccessd (memory backend) on a private bus, so it depends on it.
         .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient", "guidedaccessd", "TestSupport"]),

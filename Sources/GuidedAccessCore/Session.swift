@@ -135,7 +135,7 @@ public struct Session: Hashable, Sendable {
 
     public func role(of caller: BusCaller) -> SessionRole {
         if let owner { return owner == caller.uniqueName ? .owner : .other }
-        return ownerIdentity.matches(caller.identity.ownerIdentity) ? .successor : .other
+        return ownerIdentity.matches(caller.identity) ? .successor : .other
     }
 
     /// The owner's connection left the bus. Returns whether that changed

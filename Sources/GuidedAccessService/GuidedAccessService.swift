@@ -83,6 +83,9 @@ public actor GuidedAccessService {
     /// The bus's credentials of callers by unique name, which the bus never
     /// gives to another connection: asked once per connection, not per call.
     var credentialCache = CredentialCache(capacity: 64)
+    /// When connections appeared on the bus, where that is needed to tell
+    /// a caller's process from a later one with its pid (`followConnectionAges`).
+    var connectionAges: ConnectionAges?
     /// A pending journal write after keys were given back (`journalSoon`).
     var journalRefresh: Task<Void, Never>?
     /// Retries putting back owed keys (`settleOwedSoon`).
@@ -122,6 +125,7 @@ public actor GuidedAccessService {
                 Task(executorPreference: connection.loop) { await self.programEvent(feature, event) }
             }
         }
+        await followConnectionAges()
         await detectDesktop()
         logSupport()
         try await recoverJournal()

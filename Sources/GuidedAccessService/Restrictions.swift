@@ -31,7 +31,7 @@ extension GuidedAccessService {
         _ = try store.registry.state(of: identifier)
         let caller = try await identify(call)
         let generation = store.generation
-        try await admit(settings.policy.verdict(for: caller.identity, action: .manageRestrictions), call)
+        try await admit(settings.policy.verdict(for: caller.identity, action: .manageRestrictions), caller, call)
 
         guard session != nil else {
             throw GuidedAccessError.notInSession("restriction states can change only inside a session")

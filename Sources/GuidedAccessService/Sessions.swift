@@ -13,7 +13,7 @@ extension GuidedAccessService {
         let method = SessionMethod.startSession(hasOptions: !raw.isEmpty)
 
         let caller = try await identify(call)
-        try await admit(settings.policy.admission(for: method, session: session, caller: caller), call)
+        try await admit(settings.policy.admission(for: method, session: session, caller: caller), caller, call)
 
         let decision = try await store.exclusively { () async throws -> SessionDecision in
             let decision = try Session.decide(method, session: session, caller: caller)
@@ -79,7 +79,7 @@ extension GuidedAccessService {
 
         let caller = try await identify(call)
         let generation = store.generation
-        try await admit(settings.policy.admission(for: .configureForSession, session: session, caller: caller), call)
+        try await admit(settings.policy.admission(for: .configureForSession, session: session, caller: caller), caller, call)
 
         let (decision, before, features) = try await store.exclusively {
             () async throws -> (SessionDecision, Set<Feature>, Set<Feature>) in
@@ -129,7 +129,7 @@ extension GuidedAccessService {
         let caller = try await identify(call)
         let generation = store.generation
         let admission = settings.policy.admission(for: .endSession, session: session, caller: caller)
-        try await admit(admission, call)
+        try await admit(admission, caller, call)
         // Ending someone else's session takes an operator. Asked in the same
         // wait as the admission, for the session there is now; polkit
         // already granted end-session if the admission asked it.
@@ -138,8 +138,7 @@ extension GuidedAccessService {
             (try? Session.decide(.endSession, session: session, caller: caller)) == .needsOperator
         {
             try await settings.authority.authorize(
-                action: PolkitAction.endSession.id, busName: caller.uniqueName,
-                interactive: call.allowInteractiveAuthorization)
+                action: PolkitAction.endSession.id, caller: caller, interactive: call.allowInteractiveAuthorization)
             operatorAsked = true
         } else {
             operatorAsked = admission != .admitted

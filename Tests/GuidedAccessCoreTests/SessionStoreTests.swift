@@ -9,7 +9,8 @@ import Testing
 @Suite struct SessionStoreTests {
     let directory = SessionJournalTests.TemporaryDirectory()
     var journal: SessionJournal { SessionJournal(directory: directory.path) }
-    static let kiosk = BusCaller(uniqueName: ":1.1", identity: CallerIdentity(uid: 1000, executablePath: "/usr/bin/kiosk"))
+    static let kiosk = BusCaller(uniqueName: ":1.1", identity: CallerIdentity(
+        uid: 1000, executable: Executable(path: "/usr/bin/kiosk", file: FileIdentity(device: 1, inode: 2))))
 
     func store(_ backend: MemorySettingsBackend, journal: SessionJournal? = nil) -> SessionStore {
         SessionStore(journal: journal ?? self.journal, backend: backend, keyMap: FeatureKeyMap())
