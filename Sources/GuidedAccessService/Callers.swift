@@ -8,8 +8,9 @@ extension GuidedAccessService {
     /// Who is calling, from the bus and /proc, never from anything the caller
     /// says: the bus's credentials of the connection (cached per unique
     /// name), and — read anew each call, as a process may exec another
-    /// program — its executable and systemd unit.
-    func identify(_ call: MethodCall) async throws(GuidedAccessError) -> BusCaller {
+    /// program — its executable and systemd unit. `warn`: log a process
+    /// not taken as the caller's (once per call: not again for its audit).
+    func identify(_ call: MethodCall, warn: Bool = true) async throws(GuidedAccessError) -> BusCaller {
         let credentials: CallerCredentials
         if let cached = credentialCache[call.sender] {
             credentials = cached
@@ -24,7 +25,7 @@ extension GuidedAccessService {
         guard let uid = credentials.uid else {
             throw .notAuthorized("the bus does not know the user of \(call.sender)")
         }
-        let process = connectingProcess(credentials, uid: uid, of: call.sender)
+        let process = connectingProcess(credentials, uid: uid, of: call.sender, warn: warn)
         let identity = CallerIdentity(
             uid: uid, gids: credentials.gids, pid: process?.pid ?? credentials.pid ?? 0,
             executable: process?.executable, systemdUnit: process?.systemdUnit)
@@ -40,11 +41,14 @@ extension GuidedAccessService {
     /// or unit: elsewhere the executable decides only take-over, which a
     /// process of the same user can have by exec'ing the owner's program
     /// anyway). Either way it must run as the connection's user.
-    private func connectingProcess(_ credentials: CallerCredentials, uid: UInt32, of sender: String) -> CallerProcess? {
+    private func connectingProcess(
+        _ credentials: CallerCredentials, uid: UInt32, of sender: String, warn: Bool
+    ) -> CallerProcess? {
         // With a pidfd, its own pid: the bus's may be of another pid namespace.
         let pid = if let pidFD = credentials.pidFD { pidFD.pid } else { credentials.pid }
         guard let pid, pid != 0, let process = CallerProcess(pid: pid) else { return nil }
         func refuse(_ why: String) -> CallerProcess? {
+            guard warn else { return nil }
             logger.warning("pid \(pid) of \(sender) \(why): its executable and unit are not taken as the caller's")
             return nil
         }
@@ -114,7 +118,7 @@ extension GuidedAccessService {
         } catch let error as GuidedAccessError {
             switch error {
             case .notAuthorized, .interactiveAuthorizationRequired:
-                let caller = try? await identify(call)
+                let caller = try? await identify(call, warn: false)
                 settings.audit.record(
                     .callDenied, caller: caller?.identity, "\(call.member) by \(call.sender) denied: \(error.message)",
                     fields: ["METHOD": call.member, "ERROR": error.dbusErrorName])
