@@ -23,7 +23,8 @@ let package = Package(
         .systemLibrary(
             name: "CDBus", path: "Modules/CDBus", pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]),
-        // Linux event sources (epoll, eventfd, timerfd, signalfd) for the main loop.
+        // Linux event sources (epoll, eventfd, timerfd, signalfd) for the main
+        // loop, and glibc's malloc tuning for the daemon.
         .systemLibrary(name: "CLinux", path: "Modules/CLinux"),
         // Forking a helper (guidedaccessctl's polkit agent) as systemd's tools do.
         .systemLibrary(name: "CProcess", path: "Modules/CProcess"),
@@ -57,10 +58,10 @@ let package = Package(
         .target(name: "GSettingsSchemas", dependencies: ["CGio", "GuidedAccessCore"]),
         // User mode: the mapped keys in the user's own GSettings (dconf).
         .target(
-            name: "GSettingsBackend", dependencies: ["CDBus", "CDconf", "CGio", "GSettingsSchemas", "GuidedAccessCore"]),
+            name: "GSettingsBackend", dependencies: ["CDconf", "CGio", "DBus", "GSettingsSchemas", "GuidedAccessCore"]),
         // Runs GSettingsBackend in its own process, so tests can give GLib a
         // private bus and config dirs before it reads its environment.
-        .executableTarget(name: "gsettings-backend-probe", dependencies: ["GSettingsBackend"]),
+        .executableTarget(name: "gsettings-backend-probe", dependencies: ["GSettingsBackend", "DBus"]),
         // System mode: the mapped keys imposed and locked through a dconf
         // system database (keyfiles + `dconf update`).
         .target(name: "DconfBackend", dependencies: ["CGio", "GSettingsSchemas", "GuidedAccessCore"]),
@@ -80,14 +81,14 @@ let package = Package(
         .target(
             name: "GuidedAccessService",
             dependencies: [
-                "DBus", "GuidedAccessAPI", "GuidedAccessWire", "GuidedAccessCore", "KioskSession",
+                "DBus", "GuidedAccessAPI", "GuidedAccessWire", "GuidedAccessCore", "KioskSession", "CProcess",
                 .product(name: "Logging", package: "swift-log"),
             ]),
         .executableTarget(
             name: "guidedaccessd",
             dependencies: [
                 "GuidedAccessService", "GSettingsBackend", "DconfBackend", "KeyFile", "DBus", "GuidedAccessCore",
-                .product(name: "Logging", package: "swift-log"),
+                "CLinux", .product(name: "Logging", package: "swift-log"),
             ]),
 
         // The client library for kiosk apps: the service's API in Swift types,
@@ -129,11 +130,11 @@ let package = Package(
         .testTarget(name: "GuidedAccessCoreTests", dependencies: ["GuidedAccessCore"]),
         .testTarget(
             name: "GSettingsBackendTests",
-            dependencies: ["GSettingsBackend", "gsettings-backend-probe", "TestSupport"]),
+            dependencies: ["GSettingsBackend", "gsettings-backend-probe", "DBus", "TestSupport"]),
         .testTarget(name: "DconfBackendTests", dependencies: ["DconfBackend", "TestSupport"]),
         // What the tests of several targets share: a dbus-daemon and a dconf of their own.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "GuidedAccessServiceTests", dependencies: ["GuidedAccessService", "DBus"]),
+        .testTarget(name: "GuidedAccessServiceTests", dependencies: ["GuidedAccessService", "DBus", "CProcess"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
         // Runs guidedaccessd (memory backend) on a private bus, so it depends on it.
         .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient", "guidedaccessd", "TestSupport"]),

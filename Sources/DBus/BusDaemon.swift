@@ -71,6 +71,13 @@ extension Connection {
         }
     }
 
+    /// Every name on the bus now, unique and well-known (`ListNames`).
+    public func listNames() async throws(DBusError) -> [String] {
+        let reply = try await callBus("ListNames", [])
+        guard case .array(.string, let names)? = reply.first else { throw .failed("unexpected ListNames reply") }
+        return names.compactMap { if case .string(let name) = $0 { name } else { nil } }
+    }
+
     /// The bus's own id (`org.freedesktop.DBus.GetId`).
     public func busID() async throws(DBusError) -> String {
         let reply = try await callBus("GetId", [])
@@ -115,15 +122,18 @@ public enum ProcessInfo {
         return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// The systemd unit the process runs in, from its cgroup path
-    /// (`/proc/PID/cgroup`): the last `.service` or `.scope` element.
+    /// The system unit the process runs in, from its cgroup path
+    /// (`/proc/PID/cgroup`); see `systemdUnit(fromCgroupFile:)`.
     public static func systemdUnit(of pid: UInt32, procRoot: String = "/proc") -> String? {
         guard let text = readSmallFile("\(procRoot)/\(pid)/cgroup") else { return nil }
         return systemdUnit(fromCgroupFile: text)
     }
 
     /// Parses a cgroup file's content (cgroup v2 line `0::/path`, else the
-    /// `name=systemd` hierarchy of v1).
+    /// `name=systemd` hierarchy of v1) as `sd_pid_get_unit` does: the unit
+    /// is the first element after the slices. Below it the unit's processes
+    /// may make cgroups of any name (delegation): a user's own units live in
+    /// `user@UID.service`'s subtree, and are that system unit's processes.
     public static func systemdUnit(fromCgroupFile text: String) -> String? {
         var path: Substring?
         for line in text.split(separator: "\n") {
@@ -136,8 +146,13 @@ public enum ProcessInfo {
             if fields[1] == "name=systemd" { path = fields[2] }
         }
         guard let path else { return nil }
-        return path.split(separator: "/").last { $0.hasSuffix(".service") || $0.hasSuffix(".scope") }
-            .map(String.init)
+        for element in path.split(separator: "/") {
+            // systemd escapes a name that could clash with the kernel's files with a leading "_".
+            let name = element.hasPrefix("_") ? element.dropFirst() : element
+            if name.hasSuffix(".slice") { continue }
+            return name.hasSuffix(".service") || name.hasSuffix(".scope") ? String(name) : nil
+        }
+        return nil
     }
 
     static func readSmallFile(_ path: String) -> String? {

@@ -188,6 +188,9 @@ public actor Connection {
         guard dbus_connection_send(raw, message.raw, nil) != 0 else { throw .noMemory() }
     }
 
+    /// For `call`: wait until the reply comes (libdbus's DBUS_TIMEOUT_INFINITE).
+    public static let noTimeout: Duration = .milliseconds(Int64(Int32.max))
+
     /// Sends a method call and waits for its reply. An error reply is thrown.
     public func call(_ message: Message, timeout: Duration = .seconds(25)) async throws(DBusError) -> Message {
         guard isConnected else { throw .disconnected("not connected to the \(bus)") }

@@ -248,7 +248,7 @@ extension Connection {
         let candidates = interfaceName.map { name in object.interfaces.filter { $0.name == name } } ?? object.interfaces
         for interface in candidates {
             guard let method = interface.method(member) else { continue }
-            let arguments = try message.arguments(expecting: method.inputSignature)
+            let arguments = try message.arguments(of: method)
             let call = makeCall(message, path: object.path, interface: interface.name, arguments: arguments)
             let values = try await method.handler(call)
             guard values.count == method.outputs.count, zip(values, method.outputs).allSatisfy({ $0.type == $1.type })
@@ -282,12 +282,16 @@ extension Connection {
             }
             return [.dictionary(key: .string, value: .variant, entries)]
         case (StandardInterface.properties, "Set"), ("", "Set"):
-            let args = try message.arguments(expecting: "ssv")
-            let property = try findProperty(object, args[0], args[1])
-            let interface = try String(dbusValue: args[0])
+            // The value is read only for a property that takes one: refusing
+            // to set a read-only property decodes nothing, whatever was sent.
+            try message.check(signature: "ssv")
+            let names = try message.arguments(first: 2)
+            let property = try findProperty(object, names[0], names[1])
+            let interface = try String(dbusValue: names[0])
             guard let setter = property.setter else {
                 throw DBusError.propertyReadOnly("property '\(property.name)' of \(interface) is read-only")
             }
+            let args = try message.arguments()
             let value = try Variant(dbusValue: args[2]).value
             guard value.type == property.type else {
                 throw DBusError.invalidArgs(

@@ -29,12 +29,13 @@ public struct Interface: Sendable {
     public func signal(_ name: String) -> Signal? { signals.first { $0.name == name } }
 }
 
-/// An argument as dispatch and introspection see it: a name and a D-Bus type.
-/// `Argument` is the one to write; this is what lists of arguments of mixed
-/// types hold.
+/// An argument as dispatch and introspection see it: a name, a D-Bus type
+/// and what a call may carry in it. `Argument` is the one to write; this is
+/// what lists of arguments of mixed types hold.
 public protocol ArgumentDeclaration: Sendable {
     var name: String { get }
     var type: DBusType { get }
+    var bounds: ArgumentBounds { get }
 }
 
 /// A named argument of a method or signal, typed by the Swift value it
@@ -42,12 +43,16 @@ public protocol ArgumentDeclaration: Sendable {
 /// each type once and a handler receives (or returns) `Value` itself.
 public struct Argument<Value: DBusRepresentable>: ArgumentDeclaration {
     public let name: String
+    /// What a call may carry in a method's input (see `ArgumentBounds`);
+    /// outputs and signal arguments are the service's own and unbounded.
+    public let bounds: ArgumentBounds
 
     /// A `Value` whose type the specification does not allow (an empty
     /// struct, a dict keyed by a container) is a programming error.
-    public init(_ name: String, _: Value.Type) {
+    public init(_ name: String, _: Value.Type, bounds: ArgumentBounds = .none) {
         checkDeclared(Value.dbusType, "argument \(name)")
         self.name = name
+        self.bounds = bounds
     }
 
     public var type: DBusType { Value.dbusType }
@@ -99,8 +104,9 @@ public struct MethodCall: Sendable {
 /// The typed initializers take up to three inputs and at most one output;
 /// the handler receives the call and the decoded inputs and returns the
 /// output's value. A call whose signature differs from the inputs' is
-/// InvalidArgs before the handler runs, and so is one whose values do not
-/// decode (see `Argument`). Checks that must answer with another error
+/// InvalidArgs before the handler runs, and so is one that carries more than
+/// an input's bounds (see `ArgumentBounds`, before anything is decoded) or
+/// whose values do not decode (see `Argument`). Checks that must answer with another error
 /// (`UnknownFeature`) belong in the handler, not in a conformance.
 public struct Method: Sendable {
     /// The one form every declaration is kept in, so that dispatch and

@@ -1,4 +1,5 @@
 import CDBus
+import Glibc
 
 /// A D-Bus message: a reference to a libdbus `DBusMessage`.
 ///
@@ -131,11 +132,17 @@ public final class Message: @unchecked Sendable {
 
     /// Reads the whole body.
     public func arguments() throws(DBusError) -> [DBusValue] {
+        try arguments(first: .max)
+    }
+
+    /// Reads the first `count` arguments (fewer if the body has fewer).
+    func arguments(first count: Int) throws(DBusError) -> [DBusValue] {
         var iter = DBusMessageIter()
         guard dbus_message_iter_init(raw, &iter) != 0 else { return [] }
         var values: [DBusValue] = []
-        while dbus_message_iter_get_arg_type(&iter) != CDBUS_TYPE_INVALID {
-            values.append(try Marshal.read(&iter))
+        var budget = ReadBudget.unlimited
+        while values.count < count, dbus_message_iter_get_arg_type(&iter) != CDBUS_TYPE_INVALID {
+            values.append(try Marshal.read(&iter, within: &budget))
             dbus_message_iter_next(&iter)
         }
         return values
@@ -143,11 +150,16 @@ public final class Message: @unchecked Sendable {
 
     /// Reads the body and checks that its signature is `expected`.
     public func arguments(expecting expected: String) throws(DBusError) -> [DBusValue] {
+        try check(signature: expected)
+        return try arguments()
+    }
+
+    /// InvalidArgs naming both signatures unless the body's is `expected`.
+    func check(signature expected: String) throws(DBusError) {
         let actual = signature
         guard actual == expected else {
             throw .invalidArgs("expected arguments of type '\(expected)', got '\(actual)'")
         }
-        return try arguments()
     }
 
     // MARK: Wire form
@@ -285,19 +297,24 @@ enum Marshal {
         }
     }
 
-    /// Reads the value at the iterator. libdbus has validated the message, so
-    /// a type code we do not know is the only failure.
-    static func read(_ iter: inout DBusMessageIter) throws(DBusError) -> DBusValue {
+    /// Reads the value at the iterator, taking what it reads from `budget`.
+    /// libdbus has validated the message, so a type code we do not know and
+    /// an exhausted budget are the only failures.
+    static func read(_ iter: inout DBusMessageIter, within budget: inout ReadBudget) throws(DBusError) -> DBusValue {
         func basic<T: BitwiseCopyable>(_ zero: T) -> T {
             var v = zero
             dbus_message_iter_get_basic(&iter, &v)
             return v
         }
-        func text() -> String {
+        func text() throws(DBusError) -> String {
             var p: UnsafePointer<CChar>?
             dbus_message_iter_get_basic(&iter, &p)
-            return p.map { String(cString: $0) } ?? ""
+            guard let p else { return "" }
+            let length = strlen(p)
+            try budget.take(stringOf: length)
+            return String(decoding: UnsafeRawBufferPointer(start: p, count: length), as: UTF8.self)
         }
+        try budget.takeValue()
         let type = dbus_message_iter_get_arg_type(&iter)
         switch type {
         case CDBUS_TYPE_BYTE: return .byte(basic(UInt8(0)))
@@ -310,9 +327,9 @@ enum Marshal {
         case CDBUS_TYPE_UINT64: return .uint64(basic(UInt64(0)))
         case CDBUS_TYPE_DOUBLE: return .double(basic(Double(0)))
         case CDBUS_TYPE_UNIX_FD: return .unixFD(basic(Int32(-1)))
-        case CDBUS_TYPE_STRING: return .string(text())
-        case CDBUS_TYPE_OBJECT_PATH: return .objectPath(try ObjectPath(validating: text()))
-        case CDBUS_TYPE_SIGNATURE: return .signature(try Signature(validating: text()))
+        case CDBUS_TYPE_STRING: return .string(try text())
+        case CDBUS_TYPE_OBJECT_PATH: return .objectPath(try ObjectPath(validating: try text()))
+        case CDBUS_TYPE_SIGNATURE: return .signature(try Signature(validating: try text()))
         case CDBUS_TYPE_ARRAY:
             guard let sigPointer = dbus_message_iter_get_signature(&iter) else { throw .noMemory() }
             let arrayType = try DBusType.parseSingle(String(cString: sigPointer))
@@ -325,9 +342,9 @@ enum Marshal {
                 while dbus_message_iter_get_arg_type(&sub) == CDBUS_TYPE_DICT_ENTRY {
                     var entry = DBusMessageIter()
                     dbus_message_iter_recurse(&sub, &entry)
-                    let key = try read(&entry)
+                    let key = try read(&entry, within: &budget)
                     dbus_message_iter_next(&entry)
-                    let value = try read(&entry)
+                    let value = try read(&entry, within: &budget)
                     entries.append(.init(key, value))
                     dbus_message_iter_next(&sub)
                 }
@@ -335,7 +352,7 @@ enum Marshal {
             case .array(let element):
                 var values: [DBusValue] = []
                 while dbus_message_iter_get_arg_type(&sub) != CDBUS_TYPE_INVALID {
-                    values.append(try read(&sub))
+                    values.append(try read(&sub, within: &budget))
                     dbus_message_iter_next(&sub)
                 }
                 return .array(element, values)
@@ -347,14 +364,14 @@ enum Marshal {
             dbus_message_iter_recurse(&iter, &sub)
             var members: [DBusValue] = []
             while dbus_message_iter_get_arg_type(&sub) != CDBUS_TYPE_INVALID {
-                members.append(try read(&sub))
+                members.append(try read(&sub, within: &budget))
                 dbus_message_iter_next(&sub)
             }
             return .structure(members)
         case CDBUS_TYPE_VARIANT:
             var sub = DBusMessageIter()
             dbus_message_iter_recurse(&iter, &sub)
-            return .variant(try read(&sub))
+            return .variant(try read(&sub, within: &budget))
         default:
             throw .invalidArgs("unknown D-Bus type code \(type)")
         }

@@ -115,8 +115,9 @@ public final class DconfBackend: SettingsBackend {
     /// Merges the change into the imposed set (nil: no longer imposed),
     /// writes both files atomically and runs `dconf update`. On a failure the
     /// previous files are put back (without another `dconf update`) and
-    /// `imposed` is unchanged.
-    public func apply(_ change: CheckedChange) throws(SettingsBackendError) {
+    /// `imposed` is unchanged. Local files and a local program: nothing to
+    /// wait for but the disk.
+    nonisolated(nonsending) public func apply(_ change: CheckedChange) async throws(SettingsBackendError) {
         if change.isEmpty { return }
         var new = imposed
         for entry in change.entries { new[entry.key] = entry.value }

@@ -1,14 +1,16 @@
-import Glibc
-import CDBus
 import CDconf
 import CGio
+import DBus
+import Glibc
 import GuidedAccessCore
 
-/// dconf-service's `ca.desrt.dconf.Writer.Change` called over a libdbus
-/// connection of the backend's own, blocking until dconf-service has written
-/// its database — what `dconf_client_change_sync` does through GDBus, without
-/// GDBus: no worker thread, none of GDBus's code and buffers in memory, and
-/// no hand-over between threads on every write.
+/// dconf-service's `ca.desrt.dconf.Writer.Change`, called over a connection
+/// of the backend's own to the session bus on the service's event loop —
+/// what `dconf_client_change_sync` does through GDBus, without GDBus's
+/// worker thread and buffers, and without blocking: the loop serves other
+/// callers while dconf-service writes, and a dconf-service that does not
+/// answer within `timeout` makes the change's outcome unknown (it may still
+/// write it once it runs again), not the service stall.
 ///
 /// Only for the common profile whose first database is `user-db:NAME`
 /// (dconf's default, and what the system mode's profile starts with): the
@@ -19,85 +21,57 @@ import GuidedAccessCore
 /// database libdconf reads.
 final class DconfWriter {
     let objectPath: String
-    private var connection: OpaquePointer?
+    private let path: ObjectPath
+    let loop: EventLoop
+    let timeout: Duration
+    private var connection: Connection?
 
-    init(objectPath: String) {
+    /// `objectPath` comes from `writerPath()`, which admits only names that
+    /// make a valid object path.
+    init(objectPath: String, loop: EventLoop, timeout: Duration) {
         self.objectPath = objectPath
+        path = ObjectPath(stringLiteral: objectPath)
+        self.loop = loop
+        self.timeout = timeout
     }
 
-    deinit {
-        if let connection {
-            dbus_connection_close(connection)
-            dbus_connection_unref(connection)
-        }
-    }
-
-    /// Sends the change set and waits for dconf-service's reply (the default
-    /// D-Bus timeout, as libdconf's own synchronous change).
-    func change(_ changeset: OpaquePointer) throws(SettingsBackendError) {
-        let bus = try connect()
-        guard let message = dbus_message_new_method_call(
-            "ca.desrt.dconf", objectPath, "ca.desrt.dconf.Writer", "Change")
-        else { throw SettingsBackendError(.writeFailed, "dconf: out of memory") }
-        defer { dbus_message_unref(message) }
+    /// Sends the change set and waits for dconf-service's reply: once it
+    /// comes, dconf-service has written its database.
+    nonisolated(nonsending) func change(_ changeset: OpaquePointer) async throws(SettingsBackendError) {
         // The body is one `ay`: the change set serialised as dconf's a{smv}.
         let serialised = dconf_changeset_serialise(changeset)!
-        defer { g_variant_unref(serialised) }
-        var iterator = DBusMessageIter()
-        var array = DBusMessageIter()
-        dbus_message_iter_init_append(message, &iterator)
-        var appended = dbus_message_iter_open_container(&iterator, CDBUS_TYPE_ARRAY, "y", &array) != 0
-        if appended {
-            var bytes = g_variant_get_data(serialised)
-            appended = dbus_message_iter_append_fixed_array(
-                &array, CDBUS_TYPE_BYTE, &bytes, Int32(g_variant_get_size(serialised))) != 0
-            appended = dbus_message_iter_close_container(&iterator, &array) != 0 && appended
+        let bytes = UnsafeRawBufferPointer(start: g_variant_get_data(serialised), count: Int(g_variant_get_size(serialised)))
+            .map { DBusValue.byte($0) }
+        g_variant_unref(serialised)
+        let bus = try await connect()
+        do throws(DBusError) {
+            _ = try await bus.call(
+                destination: "ca.desrt.dconf", path: path, interface: "ca.desrt.dconf.Writer",
+                member: "Change", [.array(.byte, bytes)], timeout: timeout)
+        } catch {
+            // libdbus's own timeout, or a bus gone while the call was out:
+            // dconf-service may have the change, and may still write it.
+            let connected = await bus.isConnected
+            if error.name == DBusError.noReply("").name || !connected {
+                throw SettingsBackendError(
+                    .outcomeUnknown, "dconf: dconf-service did not answer within \(timeout): \(error.message)")
+            }
+            throw SettingsBackendError(.writeFailed, "dconf: \(error.name): \(error.message)")
         }
-        guard appended else { throw SettingsBackendError(.writeFailed, "dconf: out of memory") }
-
-        var error = DBusError()
-        dbus_error_init(&error)
-        let reply = dbus_connection_send_with_reply_and_block(bus, message, CDBUS_TIMEOUT_USE_DEFAULT, &error)
-        // Nothing else is asked for on this connection; what came anyway
-        // (NameAcquired) is dropped, so it cannot pile up.
-        while let other = dbus_connection_pop_message(bus) { dbus_message_unref(other) }
-        guard let reply else {
-            let text = Self.describe(&error)
-            if dbus_connection_get_is_connected(bus) == 0 { drop() }
-            throw SettingsBackendError(.writeFailed, "dconf: \(text)")
-        }
-        dbus_message_unref(reply)
     }
 
-    /// The private connection to the session bus, made on first use and again
-    /// after the bus went away.
-    private func connect() throws(SettingsBackendError) -> OpaquePointer {
-        if let connection, dbus_connection_get_is_connected(connection) != 0 { return connection }
-        drop()
-        var error = DBusError()
-        dbus_error_init(&error)
-        guard let made = dbus_bus_get_private(DBUS_BUS_SESSION, &error) else {
-            throw SettingsBackendError(.writeFailed, "dconf: cannot reach the session bus: \(Self.describe(&error))")
+    /// The connection to the session bus, made on first use and again after
+    /// the bus went away.
+    nonisolated(nonsending) private func connect() async throws(SettingsBackendError) -> Connection {
+        if let connection, await connection.isConnected { return connection }
+        connection = nil
+        do {
+            let made = try await Connection.connect(to: .session, loop: loop)
+            connection = made
+            return made
+        } catch {
+            throw SettingsBackendError(.writeFailed, "dconf: cannot reach the session bus: \(error.message)")
         }
-        // A lost bus is an error of the next change, not the end of the service.
-        dbus_connection_set_exit_on_disconnect(made, 0)
-        connection = made
-        return made
-    }
-
-    private func drop() {
-        guard let connection else { return }
-        dbus_connection_close(connection)
-        dbus_connection_unref(connection)
-        self.connection = nil
-    }
-
-    private static func describe(_ error: inout DBusError) -> String {
-        defer { dbus_error_free(&error) }
-        guard dbus_error_is_set(&error) != 0 else { return "unknown error" }
-        let name = error.name.map { String(cString: $0) } ?? ""
-        let message = error.message.map { String(cString: $0) } ?? ""
-        return name.isEmpty ? message : "\(name): \(message)"
     }
 
     // MARK: The profile in effect

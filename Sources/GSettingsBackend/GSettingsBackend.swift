@@ -1,5 +1,6 @@
 import CDconf
 import CGio
+import DBus
 import GSettingsSchemas
 import GuidedAccessCore
 
@@ -12,8 +13,9 @@ import GuidedAccessCore
 ///   dconf-service as one change set, which it writes to disk in one go (one
 ///   write and fsync instead of one per schema), and reports failures.
 ///   Readers never see half of a change (invert-colors' two schemas). The
-///   change set is sent by `DconfWriter` over libdbus (libdconf through GDBus
-///   for unusual profiles); values are read through libdconf.
+///   change set is sent by `DconfWriter` on the service's event loop, which
+///   waits for dconf-service without blocking (libdconf through GDBus, which
+///   blocks, for unusual profiles); values are read through libdconf.
 /// - **gsettings** (any other `GSETTINGS_BACKEND`, e.g. `keyfile`): GSettings
 ///   objects in delay mode, one apply per schema, then `g_settings_sync`.
 /// The keys and values are the same either way: the dconf path of a key is
@@ -45,6 +47,9 @@ public final class GSettingsBackend: SettingsBackend {
     }
 
     public let store: Store
+    /// Where `DconfWriter` waits for dconf-service, and for how long.
+    private let loop: EventLoop
+    private let writeTimeout: Duration
     private let schemas = GSettingsSchemaCheck()
     /// One delayed-apply GSettings object per schema, created on first use (store `gsettings`).
     private var settings: [String: UnsafeMutablePointer<GSettings>] = [:]
@@ -52,8 +57,13 @@ public final class GSettingsBackend: SettingsBackend {
     private var dconfClient: OpaquePointer?
     private let context: OpaquePointer
 
-    public init(store: Store = .automatic) {
+    /// `writeTimeout`: how long dconf-service may take to write a change
+    /// before its outcome counts as unknown — a few seconds, far above the
+    /// milliseconds a write takes, far below the 25 s a caller waits.
+    public init(store: Store = .automatic, loop: EventLoop, writeTimeout: Duration = .seconds(5)) {
         self.store = store
+        self.loop = loop
+        self.writeTimeout = writeTimeout
         context = g_main_context_new()
     }
 
@@ -101,11 +111,11 @@ public final class GSettingsBackend: SettingsBackend {
     /// dconf change set, or as one delayed apply per schema with the
     /// `gsettings` store — and returns once the store has written them, so
     /// another process reads the new values.
-    public func apply(_ change: CheckedChange) throws(SettingsBackendError) {
+    nonisolated(nonsending) public func apply(_ change: CheckedChange) async throws(SettingsBackendError) {
         if change.isEmpty { return }
+        var writes: [Write] = []
+        defer { for write in writes { write.release() } }
         try withContext { () throws(SettingsBackendError) in
-            var writes: [Write] = []
-            defer { for write in writes { write.release() } }
             for entry in change.entries {
                 // Found by `check`: a lookup in the cache.
                 let schemaKey = try schemas.schemaKey(entry.key)
@@ -116,16 +126,17 @@ public final class GSettingsBackend: SettingsBackend {
                 }
                 writes.append(Write(schemaKey: schemaKey, value: entry.value))
             }
-            switch store {
-            case .dconf: try writeChangeSet(writes, of: change)
-            case .gsettings: try applyPerSchema(writes)
-            }
-            // A write the store refused after all (GSettings only logs it),
-            // that went to another database than the one read, or that
-            // another writer overtook. Cheap with the dconf store: libdconf
-            // reopens the database dconf-service has just replaced at its
-            // first call after a write, the read-back's or else the next
-            // writability check's.
+        }
+        switch store {
+        case .dconf: try await writeChangeSet(writes, of: change)
+        case .gsettings: try withContext { () throws(SettingsBackendError) in try applyPerSchema(writes) }
+        }
+        // A write the store refused after all (GSettings only logs it), that
+        // went to another database than the one read, or that another writer
+        // overtook. Cheap with the dconf store: libdconf reopens the database
+        // dconf-service has just replaced at its first call after a write,
+        // the read-back's or else the next writability check's.
+        try withContext { () throws(SettingsBackendError) in
             for write in writes { try confirm(write) }
         }
     }
@@ -152,30 +163,27 @@ public final class GSettingsBackend: SettingsBackend {
 
     /// One change set for every key, written by dconf-service before the call
     /// returns: through `DconfWriter` for the usual profile, else libdconf.
-    private func writeChangeSet(_ writes: [Write], of change: CheckedChange) throws(SettingsBackendError) {
+    nonisolated(nonsending) private func writeChangeSet(
+        _ writes: [Write], of change: CheckedChange
+    ) async throws(SettingsBackendError) {
         let changeset = dconf_changeset_new()!
         defer { dconf_changeset_unref(changeset) }
         for write in writes { dconf_changeset_set(changeset, write.schemaKey.dconfPath, write.variant) }
-        let failure: String?
-        let client = client()  // and the writer, from the same reading of the profile
-        if let writer {
-            do {
-                try writer.change(changeset)
-                failure = nil
-            } catch {
-                failure = error.message
-            }
-        } else {
-            var error: UnsafeMutablePointer<GError>? = nil
-            if dconf_client_change_sync(client, changeset, nil, nil, &error) != 0 {
-                failure = nil
+        let dconf = withContext { () -> OpaquePointer in client() }  // and the writer, from the same reading of the profile
+        do {
+            if let writer {
+                try await writer.change(changeset)
             } else {
-                failure = "dconf: " + (error.map { String(cString: $0.pointee.message) } ?? "unknown error")
-                g_clear_error(&error)
+                try withContext { () throws(SettingsBackendError) in
+                    var error: UnsafeMutablePointer<GError>? = nil
+                    guard dconf_client_change_sync(dconf, changeset, nil, nil, &error) == 0 else { return }
+                    defer { g_clear_error(&error) }
+                    throw SettingsBackendError(
+                        .writeFailed, "dconf: " + (error.map { String(cString: $0.pointee.message) } ?? "unknown error"))
+                }
             }
-        }
-        if let failure {
-            throw SettingsBackendError(.writeFailed, "\(change.summary) could not be written: \(failure)")
+        } catch {
+            throw SettingsBackendError(error.kind, "\(change.summary) could not be written: \(error.message)")
         }
     }
 
@@ -202,7 +210,7 @@ public final class GSettingsBackend: SettingsBackend {
         if let dconfClient { return dconfClient }
         let made = dconf_client_new()!
         dconfClient = made
-        writer = DconfWriter.writerPath().map(DconfWriter.init)
+        writer = DconfWriter.writerPath().map { DconfWriter(objectPath: $0, loop: loop, timeout: writeTimeout) }
         if store == .dconf {
             onNote?(writer.map { "dconf change sets go to \($0.objectPath) over libdbus" }
                 ?? "the dconf profile does not start with a user database: libdconf writes")

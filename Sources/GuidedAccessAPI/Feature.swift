@@ -23,9 +23,16 @@ public enum Feature: String, CaseIterable, Hashable, Sendable, Comparable, Custo
         self = feature
     }
 
-    /// Parses a list of wire names into a set (repeats are harmless); the
-    /// first unknown name, in list order, is the error.
+    /// Parses a list of wire names into a set. The list is checked first
+    /// (arguments before names, as the API orders its errors): a name given
+    /// twice is InvalidArgs naming it, so that no valid list is longer than
+    /// there are features — the bound a caller's list is held to before it
+    /// is read. Then the first unknown name, in list order, is the error.
     public static func parse(_ wireNames: [String]) throws(GuidedAccessError) -> Set<Feature> {
+        var seen: Set<String> = []
+        for name in wireNames where !seen.insert(name).inserted {
+            throw .invalidArgs("feature '\(name)' is named twice")
+        }
         var features: Set<Feature> = []
         for name in wireNames { features.insert(try Feature(wireName: name)) }
         return features

@@ -70,14 +70,20 @@ public struct AccessPolicy: Hashable, Sendable {
         operatorGIDs = try resolve(operators?.allowGroups ?? [], group: "Operators", key: "AllowGroups", kind: "group", groupID)
     }
 
-    /// Whether the lists (and the mode's rules) make the caller a client.
+    /// Whether the lists (and the mode's rules) make the caller a client. An
+    /// executable is compared as a file with what each listed path names in
+    /// the service's namespace now, not by the path the caller shows.
     public func isClient(_ caller: CallerIdentity) -> Bool {
         if isBuiltIn(caller, groupConfigured: clientsConfigured) { return true }
         return clientUIDs.contains(caller.uid)
             || !clientGIDs.isDisjoint(with: caller.gids)
-            || caller.executablePath.map(clientExecutables.contains) == true
+            || caller.executable.map { executable in clientExecutables.contains(where: executable.isFile(at:)) } == true
             || caller.systemdUnit.map(clientUnits.contains) == true
     }
+
+    /// Whether `[Clients]` admits by executable or unit: by what the caller's
+    /// process is, not only by the user the bus vouches for.
+    public var admitsByProcess: Bool { !clientExecutables.isEmpty || !clientUnits.isEmpty }
 
     /// Whether the lists (and the mode's rules) make the caller an operator.
     public func isOperator(_ caller: CallerIdentity) -> Bool {

@@ -1,27 +1,71 @@
+import Glibc
+
 /// Who is calling, as the bus's credentials say (never as the caller says).
 public struct CallerIdentity: Hashable, Sendable {
     public var uid: UInt32
     /// Supplementary and primary groups.
     public var gids: [UInt32]
     public var pid: UInt32
-    /// `/proc/PID/exe`; nil when it could not be read.
-    public var executablePath: String?
-    /// The systemd unit of the process's cgroup, if any.
+    /// The program the connection's process runs; nil when it could not be
+    /// read, or when the process at the connection's pid is not the one that
+    /// connected (see `GuidedAccessService.identify`).
+    public var executable: Executable?
+    /// The systemd unit of the process's cgroup, if any (nil like `executable`).
     public var systemdUnit: String?
 
-    public init(uid: UInt32, gids: [UInt32] = [], pid: UInt32 = 0, executablePath: String? = nil, systemdUnit: String? = nil) {
+    public init(uid: UInt32, gids: [UInt32] = [], pid: UInt32 = 0, executable: Executable? = nil, systemdUnit: String? = nil) {
         self.uid = uid
         self.gids = gids
         self.pid = pid
-        self.executablePath = executablePath
+        self.executable = executable
         self.systemdUnit = systemdUnit
     }
 
-    /// The part of the identity that take-over compares.
-    public var ownerIdentity: OwnerIdentity { OwnerIdentity(uid: uid, executablePath: executablePath) }
+    /// For messages and logs.
+    public var executablePath: String? { executable?.path }
+
+    /// The part of the identity that take-over compares, as the journal keeps it.
+    public var ownerIdentity: OwnerIdentity { OwnerIdentity(uid: uid, executablePath: executable?.path) }
 }
 
-/// A session owner's identity: its Unix user and its executable.
+/// A file as the kernel knows it: one device and inode is one file, whatever
+/// path leads to it and whatever another mount namespace mounts there.
+public struct FileIdentity: Hashable, Sendable {
+    public var device: UInt64
+    public var inode: UInt64
+
+    public init(device: UInt64, inode: UInt64) {
+        self.device = device
+        self.inode = inode
+    }
+
+    /// The file at `path` now, in this process's own view of the file system
+    /// (symbolic links followed); nil when there is none.
+    public init?(atPath path: String) {
+        var status = stat()
+        guard stat(path, &status) == 0 else { return nil }
+        self.init(device: UInt64(status.st_dev), inode: UInt64(status.st_ino))
+    }
+}
+
+/// The program a process runs.
+public struct Executable: Hashable, Sendable {
+    /// Where the process's own mount namespace shows it (`/proc/PID/exe`):
+    /// for messages, never for comparing, since a namespace of the caller's
+    /// can mount any file at any path.
+    public var path: String
+    public var file: FileIdentity
+
+    public init(path: String, file: FileIdentity) {
+        self.path = path
+        self.file = file
+    }
+
+    /// Whether this is the file at `path` in the service's own namespace now.
+    public func isFile(at path: String) -> Bool { FileIdentity(atPath: path) == file }
+}
+
+/// A session owner's identity: its Unix user and its executable's path.
 public struct OwnerIdentity: Hashable, Sendable, CustomStringConvertible {
     public var uid: UInt32
     public var executablePath: String?
@@ -31,12 +75,14 @@ public struct OwnerIdentity: Hashable, Sendable, CustomStringConvertible {
         self.executablePath = executablePath
     }
 
-    /// Whether `other` is the same user running the same executable. An
-    /// executable that could not be read matches nothing: sameness must be
-    /// shown, not assumed.
-    public func matches(_ other: OwnerIdentity) -> Bool {
-        guard let mine = executablePath, let theirs = other.executablePath else { return false }
-        return uid == other.uid && mine == theirs
+    /// Whether `caller` is the same user running the program at the owner's
+    /// path — the file there in the service's namespace now, so an upgraded
+    /// program still matches and another one mounted over the path in the
+    /// caller's namespace does not. An executable that could not be read
+    /// matches nothing: sameness must be shown, not assumed.
+    public func matches(_ caller: CallerIdentity) -> Bool {
+        guard let path = executablePath, let executable = caller.executable else { return false }
+        return uid == caller.uid && executable.isFile(at: path)
     }
 
     public var description: String { "uid \(uid) running \(executablePath ?? "an unknown executable")" }

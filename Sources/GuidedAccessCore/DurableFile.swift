@@ -26,17 +26,54 @@ public enum FileContents {
             throw FileError(path: path, operation: "open", errno: errno)
         }
         defer { close(fd) }
+        return try readAll(fd, path: path, limit: Int.max)
+    }
+
+    /// What `readRegular` found at a path.
+    public enum Regular: Equatable {
+        case missing
+        case bytes([UInt8])
+        /// Something not to read as a file of ours, and why: a symbolic
+        /// link, a FIFO, a device, a directory, too large.
+        case unfit(String)
+    }
+
+    /// The bytes of a regular file of at most `limit` bytes, for a file
+    /// only the service should write (its journal): never through a
+    /// symbolic link, never waiting on a FIFO or device that `open` or
+    /// `read` would block on.
+    public static func readRegular(_ path: String, limit: Int) throws(FileError) -> Regular {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY)
+        guard fd >= 0 else {
+            switch errno {
+            case ENOENT: return .missing
+            case ELOOP: return .unfit("it is a symbolic link")
+            default: throw FileError(path: path, operation: "open", errno: errno)
+            }
+        }
+        defer { close(fd) }
+        var status = stat()
+        guard fstat(fd, &status) == 0 else { throw FileError(path: path, operation: "fstat", errno: errno) }
+        guard status.st_mode & S_IFMT == S_IFREG else { return .unfit("it is not a regular file") }
+        guard status.st_size <= limit else { return .unfit("it has \(status.st_size) bytes, more than \(limit)") }
+        let bytes = try readAll(fd, path: path, limit: limit)
+        return bytes.count > limit ? .unfit("it has more than \(limit) bytes") : .bytes(bytes)
+    }
+
+    /// Reads to the end, or to one byte past `limit`.
+    private static func readAll(_ fd: Int32, path: String, limit: Int) throws(FileError) -> [UInt8] {
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
+        while bytes.count <= limit {
             let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
             if n < 0 {
                 if errno == EINTR { continue }
                 throw FileError(path: path, operation: "read", errno: errno)
             }
-            if n == 0 { return bytes }
+            if n == 0 { break }
             bytes.append(contentsOf: buffer[0..<n])
         }
+        return bytes
     }
 }
 

@@ -51,16 +51,20 @@ public final class MemorySettingsBackend: SettingsBackend {
     public private(set) var values: [SettingKey: SettingValue]
     /// How many `apply` calls succeeded, for tests that check nothing was written.
     public private(set) var appliedCount = 0
-    private var nextApplyFailure: SettingsBackendError?
+    private var applyFailures: [(error: SettingsBackendError, appliedAnyway: Bool)] = []
 
     public init(knownKeys: [SettingKey: KeyType] = MemorySettingsBackend.gnome43Keys, values: [SettingKey: SettingValue] = [:]) {
         self.knownKeys = knownKeys
         self.values = values
     }
 
-    /// Makes the next `apply` throw `error` and change nothing.
-    public func failNextApply(with error: SettingsBackendError = SettingsBackendError(.writeFailed, "injected failure")) {
-        nextApplyFailure = error
+    /// Makes the next `apply` not failed yet throw `error` and change
+    /// nothing — or, with `appliedAnyway`, make the change and throw (a
+    /// store that answered too late: `.outcomeUnknown`).
+    public func failNextApply(
+        with error: SettingsBackendError = SettingsBackendError(.writeFailed, "injected failure"), appliedAnyway: Bool = false
+    ) {
+        applyFailures.append((error, appliedAnyway))
     }
 
     public func availability(of key: SettingKey, for value: SettingValue) -> SettingAvailability {
@@ -101,12 +105,11 @@ public final class MemorySettingsBackend: SettingsBackend {
         return values[key]
     }
 
-    public func apply(_ change: CheckedChange) throws(SettingsBackendError) {
-        if let failure = nextApplyFailure {
-            nextApplyFailure = nil
-            throw failure
-        }
+    nonisolated(nonsending) public func apply(_ change: CheckedChange) async throws(SettingsBackendError) {
+        let failure = applyFailures.isEmpty ? nil : applyFailures.removeFirst()
+        if let failure, !failure.appliedAnyway { throw failure.error }
         for entry in change.entries { values[entry.key] = entry.value }
         appliedCount += 1
+        if let failure { throw failure.error }
     }
 }

@@ -29,6 +29,11 @@ public struct RestrictionRegistry: Hashable, Sendable {
     /// state.
     public mutating func register(_ batch: [RestrictionRegistration]) throws(GuidedAccessError) {
         guard !batch.isEmpty else { throw .invalidArgs("the list of restrictions to register is empty") }
+        // More than can exist is too many, whatever they hold: the bound a
+        // caller's batch is held to before it is read.
+        guard batch.count <= limit else {
+            throw .limitExceeded("a batch of \(batch.count) restrictions is more than the \(limit) that may exist")
+        }
         var seen: Set<String> = []
         for registration in batch {
             try registration.validate()
@@ -47,9 +52,19 @@ public struct RestrictionRegistry: Hashable, Sendable {
         }
     }
 
-    /// Removes the whole batch or none of it.
+    /// Removes the whole batch or none of it. The list is checked first:
+    /// longer than the limit, or an identifier named twice, is InvalidArgs
+    /// (no valid list is longer than the limit: the bound a caller's list is
+    /// held to before it is read).
     public mutating func unregister(_ identifiers: [String]) throws(GuidedAccessError) {
         guard !identifiers.isEmpty else { throw .invalidArgs("the list of restrictions to unregister is empty") }
+        guard identifiers.count <= limit else {
+            throw .invalidArgs("\(identifiers.count) identifiers to unregister, more than the \(limit) that may exist")
+        }
+        var seen: Set<String> = []
+        for id in identifiers where !seen.insert(id).inserted {
+            throw .invalidArgs("restriction identifier '\(id)' appears twice in the list")
+        }
         for id in identifiers where byIdentifier[id] == nil { throw Self.unknown(id) }
         for id in identifiers { byIdentifier[id] = nil }
     }

@@ -84,6 +84,9 @@ public struct Session: Hashable, Sendable {
     /// screen reader, an on-screen keyboard): a restarted service adopts
     /// them, or stops them when the session is over.
     public var programs: [Feature: ProgramRecord]
+    /// Its end is under way (journaled before the keys are put back): a
+    /// restart finishes the end rather than resume the session.
+    public var isEnding: Bool
 
     /// A session about to start. Its features are already the requested
     /// ones: the handler writes `keyMap.change(from: [], to: features)`.
@@ -98,8 +101,9 @@ public struct Session: Hashable, Sendable {
     public init(
         owner: String?, ownerIdentity: OwnerIdentity, features: Set<Feature>, zoomFactor: Double,
         textScale: Double, inhibitSleep: Bool, deadlineUsec: UInt64, snapshot: [SettingKey: StoredValue],
-        programs: [Feature: ProgramRecord] = [:]
+        programs: [Feature: ProgramRecord] = [:], isEnding: Bool = false
     ) {
+        self.isEnding = isEnding
         self.owner = owner
         self.ownerIdentity = ownerIdentity
         self.features = features
@@ -131,7 +135,7 @@ public struct Session: Hashable, Sendable {
 
     public func role(of caller: BusCaller) -> SessionRole {
         if let owner { return owner == caller.uniqueName ? .owner : .other }
-        return ownerIdentity.matches(caller.identity.ownerIdentity) ? .successor : .other
+        return ownerIdentity.matches(caller.identity) ? .successor : .other
     }
 
     /// The owner's connection left the bus. Returns whether that changed

@@ -52,11 +52,28 @@ public struct SessionJournal: Sendable {
         self.directory = directory
     }
 
+    /// More than 256 restrictions of the largest size, escaped, ever take.
+    public static let maxBytes = 4 << 20
+
     /// The stored state, or nil when there is no journal yet. A corrupt file
     /// is moved aside to `journal.corrupt-<seconds since epoch>` and reported:
-    /// never silently dropped, never read again as if it were good.
+    /// never silently dropped, never read again as if it were good. The
+    /// journal is checked as strictly as a caller's arguments: whatever put
+    /// it there, the service takes up only a session and restrictions a
+    /// caller could have made.
     public func load() throws(JournalError) -> JournalState? {
-        guard let bytes = try readFile(path) else { return nil }
+        let found: FileContents.Regular
+        do {
+            found = try FileContents.readRegular(path, limit: Self.maxBytes)
+        } catch {
+            throw .io(error)
+        }
+        let bytes: [UInt8]
+        switch found {
+        case .missing: return nil
+        case .unfit(let why): throw try moveAside(reason: why)
+        case .bytes(let read): bytes = read
+        }
         let record: JournalRecord
         do {
             let json = try JSON.parse(bytes)
@@ -132,14 +149,6 @@ public struct SessionJournal: Sendable {
 
     // MARK: Files
 
-    private func readFile(_ path: String) throws(JournalError) -> [UInt8]? {
-        do {
-            return try FileContents.read(path)
-        } catch {
-            throw .io(error)
-        }
-    }
-
     private func syncDirectory() throws(JournalError) {
         do {
             try DurableFile.syncDirectory(directory)
@@ -179,6 +188,7 @@ struct JournalRecord {
         var deadlineUsec: UInt64
         var snapshot: [SnapshotEntry]
         var programs: [Feature: ProgramRecord]
+        var ending: Bool
     }
 
     /// One key's value before the session: `unset`, or exactly one of the values.
@@ -218,23 +228,38 @@ struct JournalRecord {
                     case nil: break
                     }
                     return entry
-                }, programs: s.programs)
+                }, programs: s.programs, ending: s.isEnding)
         }
         restrictions = state.restrictions.sorted { $0.identifier < $1.identifier }.map {
             RestrictionRecord(identifier: $0.identifier, text: $0.text, detail: $0.detail, state: $0.state.rawValue)
         }
     }
 
+    /// The state, checked as a caller's arguments are: a journal that
+    /// holds what no caller could have made is corrupt.
     func state() throws -> JournalState {
         let session = try self.session.map { s in
             var features: Set<Feature> = []
             for name in s.features {
                 guard let feature = Feature(rawValue: name) else { throw Invalid(reason: "unknown feature '\(name)'") }
-                features.insert(feature)
+                guard features.insert(feature).inserted else { throw Invalid(reason: "feature '\(name)' appears twice") }
             }
+            guard SessionLimits.zoomFactor.contains(s.zoomFactor) else {
+                throw Invalid(reason: "zoom factor \(s.zoomFactor) is outside \(SessionLimits.zoomFactor)")
+            }
+            guard SessionLimits.textScale.contains(s.textScale) else {
+                throw Invalid(reason: "text scale \(s.textScale) is outside \(SessionLimits.textScale)")
+            }
+            if let owner = s.owner, !Self.isUniqueBusName(owner) { throw Invalid(reason: "the owner is not a unique bus name") }
+            if let path = s.ownerExecutable, !path.hasPrefix("/") || path.utf8.count > 4096 {
+                throw Invalid(reason: "the owner's executable is not an absolute path")
+            }
+            let mapped = Set(FeatureKeyMap.allRequirements.map(\.key))
             var snapshot: [SettingKey: StoredValue] = [:]
             for entry in s.snapshot {
                 let key = SettingKey(schema: entry.schema, key: entry.key)
+                guard mapped.contains(key) else { throw Invalid(reason: "the snapshot names a key the service never writes") }
+                guard snapshot[key] == nil else { throw Invalid(reason: "the snapshot lists \(key) twice") }
                 let values = [entry.bool.map(SettingValue.bool), entry.double.map(SettingValue.double),
                               entry.string.map(SettingValue.string)].compactMap { $0 }
                 switch (entry.unset, values.count) {
@@ -246,7 +271,18 @@ struct JournalRecord {
             return Session(
                 owner: s.owner, ownerIdentity: OwnerIdentity(uid: s.ownerUID, executablePath: s.ownerExecutable),
                 features: features, zoomFactor: s.zoomFactor, textScale: s.textScale, inhibitSleep: s.inhibitSleep,
-                deadlineUsec: s.deadlineUsec, snapshot: snapshot, programs: s.programs)
+                deadlineUsec: s.deadlineUsec, snapshot: snapshot, programs: s.programs, isEnding: s.ending)
+        }
+        // The registry's own checks: identifiers, text sizes, no duplicate, the limit.
+        var registry = RestrictionRegistry()
+        if !restrictions.isEmpty {
+            do {
+                try registry.register(restrictions.map {
+                    RestrictionRegistration(identifier: $0.identifier, text: $0.text, detail: $0.detail)
+                })
+            } catch {
+                throw Invalid(reason: "restrictions: \(error.message)")
+            }
         }
         let restrictions = try self.restrictions.map { r in
             guard let state = RestrictionState(rawValue: r.state) else {
@@ -255,6 +291,19 @@ struct JournalRecord {
             return Restriction(identifier: r.identifier, text: r.text, detail: r.detail, state: state)
         }
         return JournalState(session: session, restrictions: restrictions)
+    }
+
+    /// `:` and dot-separated elements of `[A-Za-z0-9_-]`, at most 255 bytes.
+    static func isUniqueBusName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard bytes.count >= 2, bytes.count <= 255, bytes[0] == UInt8(ascii: ":") else { return false }
+        return bytes.dropFirst().split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).allSatisfy {
+            !$0.isEmpty
+                && $0.allSatisfy { b in
+                    b == UInt8(ascii: "_") || b == UInt8(ascii: "-") || (0x30...0x39).contains(b)
+                        || (0x41...0x5A).contains(b) || (0x61...0x7A).contains(b)
+                }
+        }
     }
 }
 
@@ -293,10 +342,12 @@ extension JournalRecord.SessionRecord {
     func json() -> JSON {
         var members: [(String, JSON)] = [
             ("deadlineUsec", .number(String(deadlineUsec))),
-            ("features", .array(features.map(JSON.string))),
-            ("inhibitSleep", .bool(inhibitSleep)),
         ]
-        members.reserveCapacity(10)
+        members.reserveCapacity(11)
+        // Only while an end is under way: other journals keep their bytes.
+        if ending { members.append(("ending", .bool(true))) }
+        members.append(("features", .array(features.map(JSON.string))))
+        members.append(("inhibitSleep", .bool(inhibitSleep)))
         if let owner { members.append(("owner", .string(owner))) }
         if let ownerExecutable { members.append(("ownerExecutable", .string(ownerExecutable))) }
         members.append(("ownerUID", .number(String(ownerUID))))
@@ -331,6 +382,7 @@ extension JournalRecord.SessionRecord {
         textScale = try json.double("textScale")
         inhibitSleep = try json.bool("inhibitSleep")
         deadlineUsec = try json.integer("deadlineUsec")
+        ending = json["ending"] == nil ? false : try json.bool("ending")
         snapshot = try json.array("snapshot").map { item throws(JournalRecord.Invalid) in
             try JournalRecord.SnapshotEntry(json: item)
         }

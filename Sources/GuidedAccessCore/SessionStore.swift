@@ -6,16 +6,21 @@
 /// back leave the snapshot once their restore is written, and the journal
 /// catches up later (`journalBehind`, `refreshJournal`). So after a crash
 /// the journal knows every key that may have been written and what to put
-/// back — at worst a key is restored that was never changed.
+/// back — at worst a key is restored that was never changed. A write whose
+/// outcome is unknown (the store did not answer in time) counts as made:
+/// its keys stay in the snapshot, and the end puts them back.
 ///
-/// Synchronous and bus-free: the service calls it from its one executor,
-/// and tests drive it with the memory backend.
+/// Bus-free: the service calls it from its one executor, and tests drive it
+/// with the memory backend. A backend write is awaited (another process
+/// writes), so writes take turns (`exclusively`) while reads go on; changes
+/// that write no settings (`change`, `note`, `commit`) need no turn and are
+/// journaled together with a write that is out.
 public final class SessionStore {
     public let journal: SessionJournal
     public let backend: any SettingsBackend
     public let keyMap: FeatureKeyMap
 
-    /// The active session, if any.
+    /// The active session, if any: what is in effect.
     public private(set) var session: Session?
     public private(set) var registry = RestrictionRegistry()
     /// One more for every session begun or resumed: which session a call was
@@ -24,6 +29,10 @@ public final class SessionStore {
     /// The journal still lists keys a change gave back: written again by
     /// `refreshJournal`, off the calls' path. Any journal write clears it.
     public private(set) var journalBehind = false
+    /// While a backend write is out: the session as the journal has it, one
+    /// write ahead of `session` (beginning, changing features, ending).
+    private var ahead: Session?
+    private let turns = Turns()
 
     public init(journal: SessionJournal, backend: any SettingsBackend, keyMap: FeatureKeyMap) {
         self.journal = journal
@@ -36,31 +45,80 @@ public final class SessionStore {
         session != nil && self.generation == generation
     }
 
+    /// Runs `body` — a call's checks of the session and the change it makes
+    /// — as the only one of its kind: checks made in it still hold when its
+    /// write is done. Every change that writes settings runs in one.
+    public func exclusively<T>(
+        isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T
+    ) async throws -> T {
+        await turns.take()
+        defer { turns.give() }
+        return try await body()
+    }
+
     // MARK: Sessions
 
-    /// Starts `new` with its features' keys written, all or nothing.
-    public func begin(_ new: Session) throws(GuidedAccessError) {
+    /// Starts `new` with its features' keys written, all or nothing. Keys
+    /// still owed a restore (`owed`) join its snapshot: its end restores
+    /// them. A write of unknown outcome makes its keys owed, and their
+    /// restore is tried at once.
+    nonisolated(nonsending) public func begin(_ new: Session) async throws(GuidedAccessError) {
         precondition(session == nil, "a session is active")
-        var started = new
-        try write(keyMap.change(from: [], to: new.features, options: new.keyMapOptions), into: &started)
-        session = started
-        generation &+= 1
+        var new = new
+        new.snapshot.merge(owed) { _, owedValue in owedValue }
+        switch await transact(keyMap.change(from: [], to: new.features, options: new.keyMapOptions), to: new) {
+        case .written(let started):
+            session = started
+            owed = [:]
+            generation &+= 1
+        case .failed(let error):
+            throw error
+        case .unknown(let error, let attempted):
+            owed = attempted.snapshot
+            try? record(nil)
+            _ = await settleOwed()
+            throw error
+        }
+    }
+
+    /// Keys a session that did not start may have changed (its write's
+    /// outcome is unknown), with their values from before it: journaled (as
+    /// an ending session, which a restart ends), put back by `settleOwed`,
+    /// or by the end of the next session, whose snapshot takes them.
+    public private(set) var owed: [SettingKey: StoredValue] = [:]
+
+    /// Puts the owed keys back; true once none are owed.
+    nonisolated(nonsending) public func settleOwed() async -> Bool {
+        precondition(turns.isTaken, "a settings write outside `exclusively`")
+        guard !owed.isEmpty, session == nil else { return owed.isEmpty }
+        do {
+            try await backend.apply(try backend.check(owed.mapValues(\.settingValue)))
+        } catch {
+            return false
+        }
+        owed = [:]
+        try? record(nil)
+        return true
     }
 
     /// Turns the session's features into `features`, all or nothing. The
     /// programs of features turned off leave the session's record; returns
     /// those features (their programs are the caller's to stop).
     @discardableResult
-    public func setFeatures(_ features: Set<Feature>) throws(GuidedAccessError) -> Set<Feature> {
+    nonisolated(nonsending) public func setFeatures(_ features: Set<Feature>) async throws(GuidedAccessError) -> Set<Feature> {
         guard var new = session else { throw .notInSession("no session is active") }
         let before = new.features
         guard features != before else { return [] }
         new.features = features
         let turnedOff = before.subtracting(features)
         for feature in turnedOff { new.programs[feature] = nil }
-        try write(keyMap.change(from: before, to: features, options: new.keyMapOptions), into: &new)
-        session = new
-        return turnedOff
+        switch await transact(keyMap.change(from: before, to: features, options: new.keyMapOptions), to: new) {
+        case .written(let changed):
+            session = changed
+            return turnedOff
+        case .failed(let error), .unknown(let error, _):
+            throw error
+        }
     }
 
     /// A change of the session that writes no settings (owner, programs):
@@ -69,8 +127,11 @@ public final class SessionStore {
         guard var new = session else { throw .notInSession("no session is active") }
         body(&new)
         guard new != session else { return }
-        try record(new)
+        var journaled = ahead
+        if journaled != nil { body(&journaled!) }
+        try record(journaled ?? new)
         session = new
+        ahead = journaled
     }
 
     /// A change of the session that has happened whatever the journal says
@@ -82,8 +143,9 @@ public final class SessionStore {
         body(&new)
         guard new != session else { return nil }
         session = new
+        if ahead != nil { body(&ahead!) }
         do {
-            try record(new)
+            try record(ahead ?? new)
             return nil
         } catch {
             return error
@@ -91,129 +153,171 @@ public final class SessionStore {
     }
 
     /// What ending a session did.
-    public struct Ending {
+    public struct Ending: Sendable {
         public var session: Session
         /// The restrictions that were denied and are allowed again, sorted.
         public var allowedAgain: [String]
-        /// Why the end could not be journaled, if it could not (the journal
-        /// was removed instead, or even that failed — see `message`).
+        /// Why the end could not be journaled after the keys were put back,
+        /// if it could not (the journal still marks the session as ending:
+        /// the next start finishes the end).
         public var journalProblem: String?
     }
 
     /// Puts every written key back, allows every restriction again, forgets
-    /// the session. On a backend failure nothing changes and the session
-    /// stays, for a retry.
-    public func end() throws(GuidedAccessError) -> Ending {
-        guard let ending = session else { throw .notInSession("no session is active") }
+    /// the session. The journal first marks the session as ending, so that a
+    /// restart finishes the end instead of resuming it; an end that cannot be
+    /// recorded, or whose keys cannot be put back, changes nothing: the
+    /// session stays, for a retry.
+    nonisolated(nonsending) public func end() async throws(GuidedAccessError) -> Ending {
+        precondition(turns.isTaken, "a settings write outside `exclusively`")
+        guard var ending = session else { throw .notInSession("no session is active") }
+        ending.isEnding = true
+        ahead = ending
         do {
-            try backend.apply(try backend.check(ending.restoringChanges))
+            try record(ending)
         } catch {
+            ahead = nil
+            throw .backendFailed("cannot record the end of the session: \(error.message)")
+        }
+        let restore: CheckedChange
+        do {
+            restore = try backend.check(ending.restoringChanges)
+            try await backend.apply(restore)
+        } catch {
+            // The session goes on; best effort, for the next start too.
+            ahead = nil
+            try? record(session)
             throw .backendFailed("\(backend.name) backend: cannot restore the settings: \(error.message)")
         }
+        ahead = nil
+        let ended = session!
         let allowedAgain = registry.resetAll()
         session = nil
         var problem: String?
         do {
             try record(nil)
         } catch {
-            // The settings are back, but a journal that still holds the
-            // session would bring it back at the next start. Remove it (the
-            // registered restrictions go with it: better than a session).
-            do {
-                try journal.discard()
-                journalBehind = false
-                problem = "cannot record the end of the session: \(error.message); removing the journal"
-            } catch let discardError {
-                problem = "cannot record the end of the session: \(error.message); removing the journal; cannot remove the journal either: \(discardError); the next start resumes the ended session"
-            }
+            problem = "the settings are restored, but the journal cannot record that the session ended: \(error.message); the next start finishes the end"
         }
-        return Ending(session: ending, allowedAgain: allowedAgain, journalProblem: problem)
-    }
-
-    /// Undoes a session that never got going (its program could not be
-    /// started): its keys go back and the journal holds no session. If the
-    /// keys cannot be put back it stays, for EndSession to retry.
-    public func abandon() throws(GuidedAccessError) {
-        guard let started = session else { return }
-        do {
-            try backend.apply(try backend.check(started.restoringChanges))
-        } catch {
-            throw .backendFailed("\(backend.name) backend: cannot restore the settings: \(error.message)")
-        }
-        session = nil
-        try record(nil)
+        return Ending(session: ended, allowedAgain: allowedAgain, journalProblem: problem)
     }
 
     // MARK: Restrictions
 
-    /// Replaces the restrictions, journaled first.
-    public func commit(_ updated: RestrictionRegistry) throws(GuidedAccessError) {
+    /// Replaces the restrictions, journaled first. Returns false, having
+    /// written nothing, when nothing changed.
+    @discardableResult
+    public func commit(_ updated: RestrictionRegistry) throws(GuidedAccessError) -> Bool {
+        guard updated != registry else { return false }
         do {
-            try journal.record(JournalState(session: session, restrictions: updated.restrictions))
+            try journal.record(JournalState(session: ahead ?? session ?? owedSession, restrictions: updated.restrictions))
         } catch {
             throw .backendFailed("cannot record the restrictions: \(error)")
         }
         journalBehind = false
         registry = updated
+        return true
     }
 
     // MARK: The journal
 
     /// Writes the journal again if it still lists keys given back.
     public func refreshJournal() throws(GuidedAccessError) {
-        guard journalBehind, let session else { return }
+        guard journalBehind, let session, ahead == nil else { return }
         try record(session)
+    }
+
+    /// The owed keys as the journal keeps them: a session without owner or
+    /// features whose end is under way.
+    private var owedSession: Session? {
+        guard !owed.isEmpty else { return nil }
+        return Session(
+            owner: nil, ownerIdentity: OwnerIdentity(uid: 0, executablePath: nil), features: [], zoomFactor: 1,
+            textScale: 1, inhibitSleep: false, deadlineUsec: 0, snapshot: owed, isEnding: true)
     }
 
     private func record(_ new: Session?) throws(GuidedAccessError) {
         do {
-            try journal.record(JournalState(session: new, restrictions: registry.restrictions))
+            try journal.record(JournalState(session: new ?? owedSession, restrictions: registry.restrictions))
         } catch {
             throw .backendFailed("cannot record the session: \(error)")
         }
         journalBehind = false
     }
 
+    /// How a transaction ended.
+    private enum Outcome {
+        /// Written: the session it makes, with what changed meanwhile.
+        case written(Session)
+        /// Nothing changed.
+        case failed(GuidedAccessError)
+        /// The write may have been made, or may yet be: its keys are in the
+        /// snapshot of the session (the one given, for a session beginning).
+        case unknown(GuidedAccessError, Session)
+    }
+
     /// The transaction: checks the change's values, records the snapshot of
-    /// the keys it writes, journals, then writes — all or nothing. On
-    /// success the keys it gave back leave `new`'s snapshot.
-    private func write(_ change: KeyMapChange, into new: inout Session) throws(GuidedAccessError) {
+    /// the keys it writes, journals `target` (the session once `change` is
+    /// written), then writes. On success the keys it gave back leave the
+    /// snapshot.
+    nonisolated(nonsending) private func transact(_ change: KeyMapChange, to target: Session) async -> Outcome {
+        precondition(turns.isTaken, "a settings write outside `exclusively`")
+        var target = target
         guard !change.isEmpty else {
-            try record(new)
-            return
+            do {
+                try record(target)
+            } catch {
+                return .failed(error)
+            }
+            return .written(target)
         }
         let checked: CheckedChange
         do {
-            checked = try backend.check(new.settingChanges(for: change))
+            checked = try backend.check(target.settingChanges(for: change))
         } catch {
-            throw .unsupportedFeature(error.message)
+            return .failed(.unsupportedFeature(error.message))
         }
+        let known = target.snapshot
         do {
-            try new.recordSnapshot(of: change.write.keys) { key throws(SettingsBackendError) in
+            try target.recordSnapshot(of: change.write.keys) { key throws(SettingsBackendError) in
                 try backend.userValue(of: key)
             }
         } catch {
-            throw .backendFailed("\(backend.name) backend: \(error.message)")
-        }
-        let previous = session
-        do {
-            try record(new)
-        } catch {
-            throw .backendFailed("cannot record the session before changing settings: \(error.message)")
+            return .failed(.backendFailed("\(backend.name) backend: \(error.message)"))
         }
         do {
-            try backend.apply(checked)
+            try record(target)
         } catch {
-            // Nothing was changed (backends apply all or nothing): the journal
-            // goes back, best effort — a leftover snapshot entry would only
-            // make the session's end restore a key it never wrote.
-            try? record(previous)
-            throw .backendFailed("\(backend.name) backend: \(error.message)")
+            return .failed(.backendFailed("cannot record the session before changing settings: \(error.message)"))
         }
+        ahead = target
+        defer { ahead = nil }
+        do {
+            try await backend.apply(checked)
+        } catch {
+            let failure = GuidedAccessError.backendFailed("\(backend.name) backend: \(error.message)")
+            guard error.kind == .outcomeUnknown else {
+                // Nothing was changed (backends apply all or nothing): the
+                // journal goes back, best effort — a leftover snapshot entry
+                // would only make the end restore a key it never wrote.
+                try? record(session)
+                return .failed(failure)
+            }
+            let taken = ahead!.snapshot.filter { known[$0.key] == nil }
+            if session != nil {  // else a session beginning: it journals what it owes
+                session!.snapshot.merge(taken) { kept, _ in kept }
+                try? record(session)
+            }
+            var owing = ahead!
+            owing.snapshot.merge(taken) { kept, _ in kept }
+            return .unknown(failure, owing)
+        }
+        var written = ahead!
         if !change.restore.isEmpty {
-            new.forgetSnapshot(of: change.restore)
+            written.forgetSnapshot(of: change.restore)
             journalBehind = true
         }
+        return .written(written)
     }
 
     // MARK: Recovery
@@ -236,9 +340,9 @@ public final class SessionStore {
     /// with it (`RecoveryPlan`), its owner dropped unless `ownerConnected`
     /// says it is still on the bus. Without a session the backend lets go
     /// of what it still imposes.
-    public func recover(
+    nonisolated(nonsending) public func recover(
         _ state: JournalState?, ownerConnected: (String) -> Bool, nowUsec: UInt64
-    ) -> Recovery {
+    ) async -> Recovery {
         registry = RestrictionRegistry(restrictions: state?.restrictions ?? [])
         var unreadable: [(SettingKey, String)] = []
         var current: [SettingKey: SettingValue?] = [:]
@@ -264,7 +368,7 @@ public final class SessionStore {
         var forget = plan.givenBack
         if !plan.changes.isEmpty {
             do {
-                try backend.apply(try backend.check(plan.changes))
+                try await backend.apply(try backend.check(plan.changes))
             } catch {
                 recovery.writeProblem = error.message
                 // Those still to be restored stay in the snapshot: the session's end restores them.
@@ -301,8 +405,9 @@ public final class SessionStore {
 ///   by the user since — and is left alone. Either way it leaves the
 ///   snapshot, so the session's end does not touch it; only a key whose
 ///   restore fails stays, for the end to restore.
-/// A session past its time limit (`expired`) is about to end: nothing is
-/// written, the end restores what the snapshot keeps. A key that could not
+/// A session past its time limit (`expired`), or whose end was under way
+/// (`unfinishedEnd`), is about to end: nothing is written, the end restores
+/// what the snapshot keeps. A key that could not
 /// be read (absent from `currentValues`) is left as the journal has it.
 public struct RecoveryPlan: Equatable {
     /// The session to take up, its owner dropped if gone; nil for none.
@@ -313,6 +418,10 @@ public struct RecoveryPlan: Equatable {
     public var givenBack: [SettingKey]
     /// Its time limit passed while the service was down: it is to end now.
     public var expired: Bool
+    /// Its end was under way when the service stopped: it is to end now.
+    public var unfinishedEnd: Bool
+    /// The session is to end now, not to be resumed.
+    public var endsNow: Bool { expired || unfinishedEnd }
     /// The journal named an owner that is no longer on the bus.
     public var ownerDropped: Bool
 
@@ -326,9 +435,12 @@ public struct RecoveryPlan: Equatable {
         guard var session = state?.session else {
             self.session = nil
             expired = false
+            unfinishedEnd = false
             return
         }
         expired = session.isExpired(nowUsec: nowUsec)
+        unfinishedEnd = session.isEnding
+        let endsNow = expired || unfinishedEnd
         if session.owner != nil, !ownerConnected {
             session.owner = nil
             ownerDropped = true
@@ -337,7 +449,7 @@ public struct RecoveryPlan: Equatable {
         for (key, stored) in session.snapshot.sorted(by: { $0.key < $1.key }) {
             guard let current = currentValues[key] else { continue }
             if let value = wanted[key] {
-                if !expired && current != value { changes[key] = .some(value) }
+                if !endsNow && current != value { changes[key] = .some(value) }
                 continue
             }
             let sessionValues = Feature.allCases.filter { !session.features.contains($0) }.compactMap {
@@ -345,11 +457,42 @@ public struct RecoveryPlan: Equatable {
             }
             if let current, sessionValues.contains(current), current != stored.settingValue {
                 // The restore never happened.
-                guard !expired else { continue }
+                guard !endsNow else { continue }
                 changes[key] = .some(stored.settingValue)
             }
             givenBack.append(key)
         }
         self.session = session
+    }
+}
+
+/// Turns for `SessionStore.exclusively`, first come first served: a call
+/// that finds them taken waits, and the turn passes to it directly.
+private final class Turns {
+    private(set) var isTaken = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    func take(isolation: isolated (any Actor)? = #isolation) async {
+        guard isTaken else {
+            isTaken = true
+            return
+        }
+        await withCheckedContinuation { continuation in
+            // The body may run after other jobs: the turns may be free by now.
+            if isTaken {
+                waiting.append(continuation)
+            } else {
+                isTaken = true
+                continuation.resume()
+            }
+        }
+    }
+
+    func give() {
+        if waiting.isEmpty {
+            isTaken = false
+        } else {
+            waiting.removeFirst().resume()  // still taken: by the one resumed
+        }
     }
 }

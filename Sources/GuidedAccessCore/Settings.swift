@@ -71,8 +71,12 @@ public struct SettingsBackendError: Error, Hashable, Sendable, CustomStringConve
         case unsupported
         /// The value is outside the key's range or choices.
         case outOfRange
-        /// Writing or syncing failed.
+        /// Writing or syncing failed; nothing changed.
         case writeFailed
+        /// The store did not answer in time: the change may have been made,
+        /// or may still be made (a stalled dconf-service writes once it
+        /// runs again).
+        case outcomeUnknown
     }
     public let kind: Kind
     public let message: String
@@ -89,7 +93,8 @@ public struct SettingsBackendError: Error, Hashable, Sendable, CustomStringConve
 /// mode), dconf system databases with locks (system mode), memory (tests).
 ///
 /// Calls come from one serial executor; implementations need no locking of
-/// their own but must not block for long.
+/// their own but must not block for long: a store in another process is
+/// waited for asynchronously (`apply`), with a timeout.
 public protocol SettingsBackend: AnyObject {
     /// The name reported in the `Backend` property (`gsettings`, `dconf`, `memory`).
     var name: String { get }
@@ -115,8 +120,10 @@ public protocol SettingsBackend: AnyObject {
     /// Applies a change this backend checked, all of it together: a value to
     /// set, or nil to reset the key to unset. Returns when the change is
     /// durable (synced). Throws `.writeFailed` (nothing changed) when the
-    /// store refuses it (a locked key, a failed write).
-    func apply(_ change: CheckedChange) throws(SettingsBackendError)
+    /// store refuses it (a locked key, a failed write), `.outcomeUnknown`
+    /// when it did not answer in time. Runs on the caller's executor, which
+    /// it leaves free for other work while it waits for another process.
+    nonisolated(nonsending) func apply(_ change: CheckedChange) async throws(SettingsBackendError)
 
     /// Called at start-up when the journal holds no session (none, or a
     /// corrupt journal kept aside): whatever the backend still applies for a
@@ -130,8 +137,8 @@ extension SettingsBackend {
     public var realisesEveryFeature: Bool { false }
 
     /// Checks, then applies.
-    public func apply(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) {
-        try apply(try check(changes))
+    nonisolated(nonsending) public func apply(_ changes: [SettingKey: SettingValue?]) async throws(SettingsBackendError) {
+        try await apply(try check(changes))
     }
 
     public func startedWithoutSession() throws(SettingsBackendError) -> [SettingKey] { [] }

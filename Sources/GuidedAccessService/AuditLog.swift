@@ -70,21 +70,17 @@ public struct AuditLog: Sendable {
         }
     }
 
-    /// One datagram in journald's native format; values with a newline use
-    /// its binary form (name, newline, 64-bit little-endian length, value).
+    /// One datagram in journald's native format, `NAME=value` lines. Values
+    /// are escaped and bounded (`LogText`): a caller's executable path is
+    /// the caller's choice, and a record read as text (`journalctl -o
+    /// cat`, syslog forwarding) must not show lines the caller wrote.
     static func datagram(_ fields: [(String, String)]) -> [UInt8] {
         var datagram: [UInt8] = []
         datagram.reserveCapacity(512)
         for (name, value) in fields {
             datagram += name.utf8
-            if value.utf8.contains(UInt8(ascii: "\n")) {
-                datagram.append(UInt8(ascii: "\n"))
-                var length = UInt64(value.utf8.count).littleEndian
-                withUnsafeBytes(of: &length) { datagram += $0 }
-            } else {
-                datagram.append(UInt8(ascii: "="))
-            }
-            datagram += value.utf8
+            datagram.append(UInt8(ascii: "="))
+            datagram += LogText.escaped(value).utf8
             datagram.append(UInt8(ascii: "\n"))
         }
         return datagram

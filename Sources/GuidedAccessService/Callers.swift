@@ -8,31 +8,106 @@ extension GuidedAccessService {
     /// Who is calling, from the bus and /proc, never from anything the caller
     /// says: the bus's credentials of the connection (cached per unique
     /// name), and — read anew each call, as a process may exec another
-    /// program — its executable and systemd unit.
-    func identify(_ call: MethodCall) async throws(GuidedAccessError) -> BusCaller {
-        let credentials: Credentials
+    /// program — its executable and systemd unit. `warn`: log a process
+    /// not taken as the caller's (once per call: not again for its audit).
+    func identify(_ call: MethodCall, warn: Bool = true) async throws(GuidedAccessError) -> BusCaller {
+        let credentials: CallerCredentials
         if let cached = credentialCache[call.sender] {
             credentials = cached
         } else {
             do {
-                credentials = try await connection.credentials(of: call.sender)
+                credentials = CallerCredentials(try await connection.credentials(of: call.sender))
             } catch {
                 throw .notAuthorized("cannot learn who \(call.sender) is: \(error.message)")
             }
-            if let fd = credentials.processFD { close(fd) }
-            credentialCache[call.sender] = Credentials(
-                unixUserID: credentials.unixUserID, unixGroupIDs: credentials.unixGroupIDs,
-                processID: credentials.processID)
+            credentialCache[call.sender] = credentials
         }
-        guard let uid = credentials.unixUserID else {
+        guard let uid = credentials.uid else {
             throw .notAuthorized("the bus does not know the user of \(call.sender)")
         }
-        let pid = credentials.processID ?? 0
+        let process = connectingProcess(credentials, uid: uid, of: call.sender, warn: warn)
         let identity = CallerIdentity(
-            uid: uid, gids: credentials.unixGroupIDs ?? [], pid: pid,
-            executablePath: pid == 0 ? nil : ProcessInfo.executable(of: pid),
-            systemdUnit: pid == 0 ? nil : ProcessInfo.systemdUnit(of: pid))
+            uid: uid, gids: credentials.gids, pid: process?.pid ?? credentials.pid ?? 0,
+            executable: process?.executable, systemdUnit: process?.systemdUnit)
         return BusCaller(uniqueName: call.sender, identity: identity)
+    }
+
+    /// The process that made the connection, as /proc shows it; nil when it
+    /// has gone or cannot be shown to be the one: a connection outlives its
+    /// process, whose pid may then be given to any process of any user.
+    /// With the bus's pidfd it is the process that connected; without one,
+    /// it must have started before the connection appeared on the bus
+    /// (`connectionAges`, followed only where the lists admit by executable
+    /// or unit: elsewhere the executable decides only take-over, which a
+    /// process of the same user can have by exec'ing the owner's program
+    /// anyway). Either way it must run as the connection's user.
+    private func connectingProcess(
+        _ credentials: CallerCredentials, uid: UInt32, of sender: String, warn: Bool
+    ) -> CallerProcess? {
+        // With a pidfd, its own pid: the bus's may be of another pid namespace.
+        let pid = if let pidFD = credentials.pidFD { pidFD.pid } else { credentials.pid }
+        guard let pid, pid != 0, let process = CallerProcess(pid: pid) else { return nil }
+        func refuse(_ why: String) -> CallerProcess? {
+            guard warn else { return nil }
+            logger.warning("pid \(pid) of \(sender) \(why): its executable and unit are not taken as the caller's")
+            return nil
+        }
+        guard process.effectiveUID == uid else {
+            return refuse("runs as uid \(process.effectiveUID), not as the connection's uid \(uid)")
+        }
+        if let pidFD = credentials.pidFD {
+            // Not reaped after the reads: they were of the process that connected.
+            return pidFD.isAlive ? process : nil
+        }
+        if let connectionAges {
+            guard let appeared = connectionAges.appearance(of: sender) else {
+                return refuse("cannot be dated: the service did not see \(sender) appear on the bus")
+            }
+            guard process.started(before: appeared) else { return refuse("started after its connection") }
+        }
+        return process
+    }
+
+    // MARK: Connections' ages
+
+    /// Start-up: where the lists admit by executable or unit and the bus
+    /// gives no pidfds, follows unique names appearing and leaving the bus
+    /// (see `connectingProcess`). Otherwise it costs nothing: no match, no
+    /// wake-up for other connections.
+    func followConnectionAges() async {
+        guard settings.policy.admitsByProcess else { return }
+        if let own = try? await connection.credentials(of: connection.uniqueName), let fd = own.processFD {
+            close(fd)
+            return
+        }
+        connectionAges = ConnectionAges(capacity: Self.connectionAgesCapacity)
+        do {
+            _ = try await connection.subscribe(.nameOwnerChanged()) { [self] message in
+                let now = ConnectionAges.now()
+                guard let arguments = try? message.arguments(), arguments.count == 3,
+                    case .string(let name) = arguments[0], name.hasPrefix(":"),
+                    case .string(let oldOwner) = arguments[1], case .string(let newOwner) = arguments[2]
+                else { return }
+                Task(executorPreference: connection.loop) {
+                    await self.connectionChanged(name, appeared: oldOwner.isEmpty, left: newOwner.isEmpty, at: now)
+                }
+            }
+            let names = try await connection.listNames()
+            let now = ConnectionAges.now()
+            for name in names where name.hasPrefix(":") { connectionAges?.noteAppeared(name, atBoottime: now) }
+        } catch {
+            logger.error("cannot follow connections on the bus (\(error)): no caller is admitted by executable or unit")
+        }
+    }
+
+    /// Unique names on dbus-daemon's system bus are at most its 2048
+    /// connections (`max_completed_connections`); a session bus allows more,
+    /// and beyond this they go undated (denied by executable or unit).
+    static let connectionAgesCapacity = 4096
+
+    private func connectionChanged(_ name: String, appeared: Bool, left: Bool, at time: UInt64) {
+        if appeared { connectionAges?.noteAppeared(name, atBoottime: time) }
+        if left { connectionAges?.noteLeft(name) }
     }
 
     /// Runs a handler; a refusal (NotAuthorized, interactive authorization
@@ -43,7 +118,7 @@ extension GuidedAccessService {
         } catch let error as GuidedAccessError {
             switch error {
             case .notAuthorized, .interactiveAuthorizationRequired:
-                let caller = try? await identify(call)
+                let caller = try? await identify(call, warn: false)
                 settings.audit.record(
                     .callDenied, caller: caller?.identity, "\(call.member) by \(call.sender) denied: \(error.message)",
                     fields: ["METHOD": call.member, "ERROR": error.dbusErrorName])
@@ -55,16 +130,38 @@ extension GuidedAccessService {
     }
 
     /// Asks polkit when the lists did not admit the caller.
-    func admit(_ verdict: AccessVerdict, _ call: MethodCall) async throws {
+    func admit(_ verdict: AccessVerdict, _ caller: BusCaller, _ call: MethodCall) async throws {
         guard case .askPolkit(let action) = verdict else { return }
         try await settings.authority.authorize(
-            action: action, busName: call.sender, interactive: call.allowInteractiveAuthorization)
+            action: action, caller: caller, interactive: call.allowInteractiveAuthorization)
     }
 
     /// Admits a client (RegisterRestrictions, UnregisterRestrictions).
     func admitClient(_ call: MethodCall) async throws {
         let caller = try await identify(call)
-        try await admit(settings.policy.verdict(for: caller.identity, action: .startSession), call)
+        try await admit(settings.policy.verdict(for: caller.identity, action: .startSession), caller, call)
+    }
+}
+
+/// The bus's credentials of a connection, as the service keeps them.
+struct CallerCredentials {
+    var uid: UInt32?
+    var gids: [UInt32]
+    var pid: UInt32?
+    var pidFD: ConnectionPidFD?
+
+    init(uid: UInt32?, gids: [UInt32] = [], pid: UInt32? = nil, pidFD: ConnectionPidFD? = nil) {
+        self.uid = uid
+        self.gids = gids
+        self.pid = pid
+        self.pidFD = pidFD
+    }
+
+    /// Takes over the pidfd, if the bus gave one.
+    init(_ credentials: Credentials) {
+        self.init(
+            uid: credentials.unixUserID, gids: credentials.unixGroupIDs ?? [], pid: credentials.processID,
+            pidFD: credentials.processFD.map(ConnectionPidFD.init(adopting:)))
     }
 }
 
@@ -74,7 +171,7 @@ extension GuidedAccessService {
 /// come and go.
 struct CredentialCache {
     let capacity: Int
-    private var entries: [String: Credentials] = [:]
+    private var entries: [String: CallerCredentials] = [:]
     private var order: [String] = []
 
     init(capacity: Int) {
@@ -84,7 +181,7 @@ struct CredentialCache {
 
     var count: Int { entries.count }
 
-    subscript(name: String) -> Credentials? {
+    subscript(name: String) -> CallerCredentials? {
         get { entries[name] }
         set {
             guard let newValue else {

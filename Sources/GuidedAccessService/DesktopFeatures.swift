@@ -270,11 +270,14 @@ extension GuidedAccessService {
     /// A StartSession whose program could not be started: the session does
     /// not start — its programs stop, its keys go back, the journal holds no
     /// session. If the keys cannot be put back it stays, for EndSession to retry.
-    func abandon(_ generation: UInt64) {
-        guard store.isCurrent(generation) else { return }
-        stopPrograms(of: Set(programs.keys))
+    func abandon(_ generation: UInt64) async {
         do {
-            try store.abandon()
+            let ending = try await store.exclusively { () async throws -> SessionStore.Ending? in
+                guard store.isCurrent(generation) else { return nil }
+                stopPrograms(of: Set(programs.keys))
+                return try await store.end()
+            }
+            for identifier in ending?.allowedAgain ?? [] { await emitRestrictionChanged(identifier, .allow) }
         } catch {
             logger.error("cannot undo the session whose program failed: \(error); it stays for EndSession")
         }
@@ -283,10 +286,12 @@ extension GuidedAccessService {
     /// A ConfigureForSession whose program could not be started: what the
     /// call turned on (`added`) goes off again, as a call turning it off
     /// would (all or nothing).
-    func turnOff(_ added: Set<Feature>, for generation: UInt64) {
-        guard store.isCurrent(generation), let current = session else { return }
+    func turnOff(_ added: Set<Feature>, for generation: UInt64) async {
         do {
-            stopPrograms(of: try store.setFeatures(current.features.subtracting(added)))
+            try await store.exclusively {
+                guard store.isCurrent(generation), let current = session else { return }
+                stopPrograms(of: try await store.setFeatures(current.features.subtracting(added)))
+            }
             journalSoonIfBehind()
         } catch {
             logger.error("cannot turn off what a call whose program failed turned on: \(error)")

@@ -83,8 +83,13 @@ public actor GuidedAccessService {
     /// The bus's credentials of callers by unique name, which the bus never
     /// gives to another connection: asked once per connection, not per call.
     var credentialCache = CredentialCache(capacity: 64)
+    /// When connections appeared on the bus, where that is needed to tell
+    /// a caller's process from a later one with its pid (`followConnectionAges`).
+    var connectionAges: ConnectionAges?
     /// A pending journal write after keys were given back (`journalSoon`).
     var journalRefresh: Task<Void, Never>?
+    /// Retries putting back owed keys (`settleOwedSoon`).
+    var settleTask: Task<Void, Never>?
     let inhibitor: SleepInhibitor
     /// Whether the object is on the bus: before, signals have no one to go to
     /// (the name is not ours yet) and the bus layer refuses them.
@@ -120,6 +125,7 @@ public actor GuidedAccessService {
                 Task(executorPreference: connection.loop) { await self.programEvent(feature, event) }
             }
         }
+        await followConnectionAges()
         await detectDesktop()
         logSupport()
         try await recoverJournal()
@@ -144,7 +150,7 @@ public actor GuidedAccessService {
         if let owner = state?.session?.owner, (try? await connection.nameOwner(owner)) == owner {
             connected.insert(owner)
         }
-        let recovery = store.recover(state, ownerConnected: connected.contains, nowUsec: Self.nowUsec())
+        let recovery = await store.recover(state, ownerConnected: connected.contains, nowUsec: Self.nowUsec())
         for (key, problem) in recovery.unreadable {
             logger.error("cannot read \(key) to check it against the journal: \(problem)")
         }
@@ -171,16 +177,20 @@ public actor GuidedAccessService {
         logger.notice(
             "resumed the session of \(recovered.ownerIdentity) from the journal: features \(recovered.features.sortedWireNames)"
         )
-        if recovery.plan.expired {
-            logger.notice("its time limit passed while the service was down; ending it")
+        if recovery.plan.endsNow {
+            let reason: SessionChangeReason = recovery.plan.unfinishedEnd ? .ended : .timeLimit
+            logger.notice(
+                recovery.plan.unfinishedEnd
+                    ? "its end was under way when the service stopped; finishing it"
+                    : "its time limit passed while the service was down; ending it")
             for (feature, leftOver) in recovered.programs {
                 await programs[feature]?.stopLeftOver(leftOver, environment: programEnvironment)
             }
             do {
-                try await endSession(reason: .timeLimit)
+                try await endSession(reason: reason)
             } catch {
-                logger.error("cannot end the expired session yet: \(error); retrying")
-                scheduleDeadline()
+                logger.error("cannot end the session yet: \(error); retrying")
+                scheduleEnd(of: store.generation, reason: reason)
             }
             return
         }
@@ -198,27 +208,31 @@ public actor GuidedAccessService {
         Interface(
             GuidedAccessBus.interface,
             methods: [
-                Method(GuidedAccessMethod.startSession.rawValue, Argument("options", [String: Variant].self)) {
-                    [self] call, options in
+                Method(
+                    GuidedAccessMethod.startSession.rawValue,
+                    Argument("options", [String: Variant].self, bounds: .sessionOptions)
+                ) { [self] call, options in
                     try await audited(call) { try await self.startSession(call, options) }
                 },
                 Method(GuidedAccessMethod.endSession.rawValue) { [self] call in
                     try await audited(call) { try await self.endSessionCall(call) }
                 },
                 Method(
-                    GuidedAccessMethod.configureForSession.rawValue, Argument("features", [String].self),
-                    Argument("enabled", Bool.self)
+                    GuidedAccessMethod.configureForSession.rawValue,
+                    Argument("features", [String].self, bounds: .features), Argument("enabled", Bool.self)
                 ) { [self] call, features, enabled in
                     try await audited(call) { try await self.configureForSession(call, features, enabled) }
                 },
                 Method(
                     GuidedAccessMethod.registerRestrictions.rawValue,
-                    Argument("restrictions", [RestrictionRegistration].self)
+                    Argument("restrictions", [RestrictionRegistration].self, bounds: .restrictionBatch)
                 ) { [self] call, batch in
                     try await audited(call) { try await self.registerRestrictions(call, batch) }
                 },
-                Method(GuidedAccessMethod.unregisterRestrictions.rawValue, Argument("identifiers", [String].self)) {
-                    [self] call, identifiers in
+                Method(
+                    GuidedAccessMethod.unregisterRestrictions.rawValue,
+                    Argument("identifiers", [String].self, bounds: .restrictionIdentifiers)
+                ) { [self] call, identifiers in
                     try await audited(call) { try await self.unregisterRestrictions(call, identifiers) }
                 },
                 Method(

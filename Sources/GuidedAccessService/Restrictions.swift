@@ -10,7 +10,9 @@ extension GuidedAccessService {
         try await admitClient(call)
         var current = store.registry  // as it is after the wait
         try current.register(batch)
-        try store.commit(current)
+        // The same texts again (a client registering at each start): nothing
+        // journaled, nothing to log.
+        guard try store.commit(current) else { return }
         logger.info("registered restrictions \(batch.map { $0.identifier })")
     }
 
@@ -29,7 +31,7 @@ extension GuidedAccessService {
         _ = try store.registry.state(of: identifier)
         let caller = try await identify(call)
         let generation = store.generation
-        try await admit(settings.policy.verdict(for: caller.identity, action: .manageRestrictions), call)
+        try await admit(settings.policy.verdict(for: caller.identity, action: .manageRestrictions), caller, call)
 
         guard session != nil else {
             throw GuidedAccessError.notInSession("restriction states can change only inside a session")

@@ -13,50 +13,63 @@ extension GuidedAccessService {
         let method = SessionMethod.startSession(hasOptions: !raw.isEmpty)
 
         let caller = try await identify(call)
-        try await admit(settings.policy.admission(for: method, session: session, caller: caller), call)
+        try await admit(settings.policy.admission(for: method, session: session, caller: caller), caller, call)
 
-        switch try Session.decide(method, session: session, caller: caller) {
-        case .takeOver:
-            try takeOver(by: caller)
-            let generation = store.generation
+        let decision = try await store.exclusively { () async throws -> SessionDecision in
+            let decision = try Session.decide(method, session: session, caller: caller)
+            switch decision {
+            case .takeOver:
+                try takeOver(by: caller)
+            case .start:
+                do {
+                    try await store.begin(Session(owner: caller, options: parameters, nowUsec: Self.nowUsec()))
+                } catch {
+                    // A write of unknown outcome whose keys could not be put
+                    // back at once: again as soon as the store answers.
+                    if !store.owed.isEmpty { settleOwedSoon() }
+                    throw error
+                }
+            case .asOwner, .needsOperator:
+                throw GuidedAccessError.sessionBusy("a session is active")
+            }
+            return decision
+        }
+        let generation = store.generation
+        if decision == .takeOver {
             await tookOver(by: caller)
             guard store.isCurrent(generation) else { return }  // ended meanwhile: its end was announced
             await emitSessionChanged(active: true, .resumed)
-        case .start:
-            try store.begin(Session(owner: caller, options: parameters, nowUsec: Self.nowUsec()))
-            let generation = store.generation
-            let new = session!
-            let started = programsTurnedOn(from: [], to: new.features)
-            if !started.isEmpty {
-                do {
-                    try await startPrograms(started, for: generation)
-                } catch {
-                    abandon(generation)
-                    throw error
-                }
-                guard store.isCurrent(generation) else { return }
-            }
-            logger.notice(
-                "session started by \(caller.uniqueName) (\(caller.identity.ownerIdentity)), features \(new.features.sortedWireNames)")
-            settings.audit.record(
-                .sessionStarted, caller: caller.identity, "guided access session started by \(caller.identity.ownerIdentity)",
-                fields: [
-                    "OWNER": caller.uniqueName, "FEATURES": new.features.sortedWireNames.joined(separator: " "),
-                    "DEADLINE_USEC": String(new.deadlineUsec),
-                ])
-            scheduleDeadline()
-            // Announced before the first wait for the bus; after each wait,
-            // nothing more if the session ended meanwhile (an EndSession
-            // queued behind this one): no "started" after "ended", no sleep
-            // inhibitor for a session that is gone.
-            await announce()
-            await emitSessionChanged(active: true, .started)
-            await watchOwner(caller.uniqueName)
-            guard store.isCurrent(generation) else { return }
-            if new.inhibitSleep { await inhibitor.acquire() }
-        case .asOwner, .needsOperator:
-            throw GuidedAccessError.sessionBusy("a session is active")
+            return
         }
+        let new = session!
+        let started = programsTurnedOn(from: [], to: new.features)
+        if !started.isEmpty {
+            do {
+                try await startPrograms(started, for: generation)
+            } catch {
+                await abandon(generation)
+                throw error
+            }
+            guard store.isCurrent(generation) else { return }
+        }
+        logger.notice(
+            "session started by \(caller.uniqueName) (\(caller.identity.ownerIdentity)), features \(new.features.sortedWireNames)")
+        settings.audit.record(
+            .sessionStarted, caller: caller.identity, "guided access session started by \(caller.identity.ownerIdentity)",
+            fields: [
+                "OWNER": caller.uniqueName, "FEATURES": new.features.sortedWireNames.joined(separator: " "),
+                "DEADLINE_USEC": String(new.deadlineUsec),
+            ])
+        scheduleDeadline()
+        // Announced before the first wait for the bus; after each wait,
+        // nothing more if the session ended meanwhile (an EndSession
+        // queued behind this one): no "started" after "ended", no sleep
+        // inhibitor for a session that is gone.
+        await announce()
+        await emitSessionChanged(active: true, .started)
+        await watchOwner(caller.uniqueName)
+        guard store.isCurrent(generation) else { return }
+        if new.inhibitSleep { await inhibitor.acquire() }
     }
 
     func configureForSession(_ call: MethodCall, _ names: [String], _ enabled: Bool) async throws {
@@ -66,16 +79,20 @@ extension GuidedAccessService {
 
         let caller = try await identify(call)
         let generation = store.generation
-        try await admit(settings.policy.admission(for: .configureForSession, session: session, caller: caller), call)
+        try await admit(settings.policy.admission(for: .configureForSession, session: session, caller: caller), caller, call)
 
-        try requireSameSession(generation, orNone: true)
-        let decision = try Session.decide(.configureForSession, session: session, caller: caller)
-        if decision == .takeOver { try takeOver(by: caller) }
-        let before = session!.features
-        let features = enabled ? before.union(requested) : before.subtracting(requested)
-        if features != before {
-            stopPrograms(of: try store.setFeatures(features))
-            journalSoonIfBehind()
+        let (decision, before, features) = try await store.exclusively {
+            () async throws -> (SessionDecision, Set<Feature>, Set<Feature>) in
+            try requireSameSession(generation, orNone: true)
+            let decision = try Session.decide(.configureForSession, session: session, caller: caller)
+            if decision == .takeOver { try takeOver(by: caller) }
+            let before = session!.features
+            let features = enabled ? before.union(requested) : before.subtracting(requested)
+            if features != before {
+                stopPrograms(of: try await store.setFeatures(features))
+                journalSoonIfBehind()
+            }
+            return (decision, before, features)
         }
         if decision == .takeOver { await tookOver(by: caller) }
         guard features != before else {
@@ -90,7 +107,7 @@ extension GuidedAccessService {
             do {
                 try await startPrograms(started, for: generation)
             } catch {
-                turnOff(features.subtracting(before), for: generation)
+                await turnOff(features.subtracting(before), for: generation)
                 await announce()
                 throw error
             }
@@ -112,7 +129,7 @@ extension GuidedAccessService {
         let caller = try await identify(call)
         let generation = store.generation
         let admission = settings.policy.admission(for: .endSession, session: session, caller: caller)
-        try await admit(admission, call)
+        try await admit(admission, caller, call)
         // Ending someone else's session takes an operator. Asked in the same
         // wait as the admission, for the session there is now; polkit
         // already granted end-session if the admission asked it.
@@ -121,30 +138,33 @@ extension GuidedAccessService {
             (try? Session.decide(.endSession, session: session, caller: caller)) == .needsOperator
         {
             try await settings.authority.authorize(
-                action: PolkitAction.endSession.id, busName: caller.uniqueName,
-                interactive: call.allowInteractiveAuthorization)
+                action: PolkitAction.endSession.id, caller: caller, interactive: call.allowInteractiveAuthorization)
             operatorAsked = true
         } else {
             operatorAsked = admission != .admitted
         }
 
-        try requireSameSession(generation, orNone: true)
-        var reason = SessionChangeReason.ended
-        switch try Session.decide(.endSession, session: session, caller: caller) {
-        case .needsOperator:
-            // The session changed hands while this call waited, and the
-            // caller was not asked about as an operator for that.
-            guard operatorAsked || settings.policy.isOperator(caller.identity) else {
-                throw GuidedAccessError.notAuthorized(
-                    "\(caller.uniqueName) (\(caller.identity.ownerIdentity)) does not own the session of \(session!.ownerIdentity)")
+        let (ending, reason) = try await store.exclusively {
+            () async throws -> (SessionStore.Ending, SessionChangeReason) in
+            try requireSameSession(generation, orNone: true)
+            var reason = SessionChangeReason.ended
+            switch try Session.decide(.endSession, session: session, caller: caller) {
+            case .needsOperator:
+                // The session changed hands while this call waited, and the
+                // caller was not asked about as an operator for that.
+                guard operatorAsked || settings.policy.isOperator(caller.identity) else {
+                    throw GuidedAccessError.notAuthorized(
+                        "\(caller.uniqueName) (\(caller.identity.ownerIdentity)) does not own the session of \(session!.ownerIdentity)")
+                }
+                reason = .endedByOperator
+            case .takeOver:
+                try takeOver(by: caller)
+            case .asOwner, .start:
+                break
             }
-            reason = .endedByOperator
-        case .takeOver:
-            try takeOver(by: caller)
-        case .asOwner, .start:
-            break
+            return (try await store.end(), reason)
         }
-        try await endSession(reason: reason, by: caller)
+        await ended(ending, reason: reason, by: caller)
     }
 
     /// A call is admitted for the session there is once its caller is known,
@@ -163,8 +183,14 @@ extension GuidedAccessService {
 
     /// Puts every written key back, allows every restriction again, forgets
     /// the session. On a backend failure the session stays, nothing is lost.
-    func endSession(reason: SessionChangeReason, by endedBy: BusCaller? = nil) async throws {
-        let ending = try store.end()
+    func endSession(reason: SessionChangeReason) async throws {
+        let ending = try await store.exclusively { try await store.end() }
+        await ended(ending, reason: reason)
+    }
+
+    /// What follows the store's end of the session: its programs, timers and
+    /// inhibitor go, and the end is announced.
+    func ended(_ ending: SessionStore.Ending, reason: SessionChangeReason, by endedBy: BusCaller? = nil) async {
         stopPrograms(of: Set(programs.keys))
         deadlineTask?.cancel()
         deadlineTask = nil
@@ -218,6 +244,28 @@ extension GuidedAccessService {
         } catch {
             logger.error("cannot bring the journal up to date after a feature was turned off: \(error)")
         }
+    }
+
+    /// Puts back what a session that did not start may have changed,
+    /// retried with back-off until the store answers or a session takes the
+    /// keys over.
+    func settleOwedSoon() {
+        guard settleTask == nil else { return }
+        settleTask = Task(executorPreference: connection.loop) { [self] in await settleOwed() }
+    }
+
+    private func settleOwed() async {
+        var backoff: Duration = .seconds(1)
+        while !Task.isCancelled {
+            try? await connection.loop.sleep(for: backoff)
+            if (try? await store.exclusively({ await store.settleOwed() })) == true {
+                logger.notice("the keys a session that did not start may have changed are put back")
+                break
+            }
+            backoff = min(backoff * 2, .seconds(60))
+            logger.error("cannot put back yet the keys a session that did not start may have changed; retrying in \(backoff)")
+        }
+        settleTask = nil
     }
 
     // MARK: Owner tracking
@@ -281,6 +329,13 @@ extension GuidedAccessService {
         deadlineTask?.cancel()
         deadlineTask = nil
         guard let deadline = session?.deadlineUsec, deadline != 0 else { return }
+        scheduleEnd(of: store.generation, atUsec: deadline, reason: .timeLimit)
+    }
+
+    /// Ends the session `generation` at `deadline` (microseconds since the
+    /// epoch; 0: now), retried with back-off while it fails.
+    func scheduleEnd(of generation: UInt64, atUsec deadline: UInt64 = 0, reason: SessionChangeReason) {
+        deadlineTask?.cancel()
         deadlineTask = Task(executorPreference: connection.loop) { [self] in
             var backoff: Duration = .seconds(1)
             let now = Self.nowUsec()
@@ -293,10 +348,10 @@ extension GuidedAccessService {
             }
             while !Task.isCancelled {
                 do {
-                    try await timeLimitReached(deadline)
+                    try await end(generation, reason: reason)
                     return
                 } catch {
-                    logger.error("ending the session at its time limit failed: \(error); retrying in \(backoff)")
+                    logger.error("ending the session (\(reason)) failed: \(error); retrying in \(backoff)")
                     try? await connection.loop.sleep(for: backoff)
                     backoff = min(backoff * 2, .seconds(60))
                 }
@@ -304,9 +359,12 @@ extension GuidedAccessService {
         }
     }
 
-    private func timeLimitReached(_ deadline: UInt64) async throws {
-        guard let current = session, current.deadlineUsec == deadline else { return }
-        try await endSession(reason: .timeLimit)
+    private func end(_ generation: UInt64, reason: SessionChangeReason) async throws {
+        let ending = try await store.exclusively { () async throws -> SessionStore.Ending? in
+            guard store.isCurrent(generation) else { return nil }
+            return try await store.end()
+        }
+        if let ending { await ended(ending, reason: reason) }
     }
 
     /// A StartSession option as `SessionParameters` checks it. Public for

@@ -19,6 +19,7 @@
 // what GSETTINGS_BACKEND implies, as in the service).
 // VALUE is GVariant text: true, false, a number (a double), or a 'string'.
 // Error lines read `error KIND: MESSAGE`. Exits 2 on a malformed command.
+import DBus
 import Glibc
 import GSettingsBackend
 import GuidedAccessCore
@@ -51,8 +52,12 @@ func errorLine(_ error: SettingsBackendError) -> String {
     "error \(error.kind): \(error.message)"
 }
 
+/// The commands in order, on the loop the backend's dconf writer waits on,
+/// as in the service.
+func probe(loop: EventLoop) async {
 let backend = GSettingsBackend(
-    store: getenv("GUIDEDACCESS_PROBE_STORE").flatMap { GSettingsBackend.Store(rawValue: String(cString: $0)) } ?? .automatic)
+    store: getenv("GUIDEDACCESS_PROBE_STORE").flatMap { GSettingsBackend.Store(rawValue: String(cString: $0)) } ?? .automatic,
+    loop: loop)
 var staged: [SettingKey: SettingValue?] = [:]
 
 for command in CommandLine.arguments.dropFirst() {
@@ -67,28 +72,28 @@ for command in CommandLine.arguments.dropFirst() {
         guard let value = parseValue(words[3]) else { fail("not a value: \(words[3])") }
         return value
     }
-    func run(_ body: () throws(SettingsBackendError) -> String) {
+    func run(_ body: () async throws(SettingsBackendError) -> String) async {
         do throws(SettingsBackendError) {
-            print(try body())
+            print(try await body())
         } catch {
             print(errorLine(error))
         }
     }
     switch verb {
     case "get":
-        run { () throws(SettingsBackendError) in try backend.userValue(of: key())?.gvariantText ?? "unset" }
+        await run { () throws(SettingsBackendError) in try backend.userValue(of: key())?.gvariantText ?? "unset" }
     case "set":
-        run { () throws(SettingsBackendError) in try backend.apply([key(): value()]); return "ok" }
+        await run { () throws(SettingsBackendError) in try await backend.apply([key(): value()]); return "ok" }
     case "reset":
-        run { () throws(SettingsBackendError) in try backend.apply([key(): SettingValue?.none] as [SettingKey: SettingValue?]); return "ok" }
+        await run { () throws(SettingsBackendError) in try await backend.apply([key(): SettingValue?.none] as [SettingKey: SettingValue?]); return "ok" }
     case "stage":
         let change: SettingValue? = words.count >= 4 && words[3] == "-" ? nil : value()
         staged.updateValue(change, forKey: key())
         print("ok")
     case "apply":
-        run { () throws(SettingsBackendError) in try backend.apply(staged); staged = [:]; return "ok" }
+        await run { () throws(SettingsBackendError) in try await backend.apply(staged); staged = [:]; return "ok" }
     case "check":
-        run { () throws(SettingsBackendError) in _ = try backend.check([key(): value()]); return "ok" }
+        await run { () throws(SettingsBackendError) in _ = try backend.check([key(): value()]); return "ok" }
     case "availability":
         print(backend.availability(of: key(), for: value()))
     case "time-set", "time-toggle":
@@ -103,10 +108,10 @@ for command in CommandLine.arguments.dropFirst() {
         let k = key()
         var micros: [Double] = []
         let clock = ContinuousClock()
-        run { () throws(SettingsBackendError) in
+        await run { () throws(SettingsBackendError) in
             for _ in 0..<count {
                 let start = clock.now
-                try backend.apply([k: value])
+                try await backend.apply([k: value])
                 let elapsed = clock.now - start
                 if toggle, case .bool(let b) = value { value = .bool(!b) }
                 micros.append(Double(elapsed.components.seconds) * 1e6 + Double(elapsed.components.attoseconds) / 1e12)
@@ -151,3 +156,11 @@ for command in CommandLine.arguments.dropFirst() {
         fail("unknown command \(verb)")
     }
 }
+}
+
+let loop = EventLoop()
+Task(executorPreference: loop) {
+    await probe(loop: loop)
+    exit(0)
+}
+loop.run()

@@ -7,7 +7,9 @@ import Logging
 /// `SD_ERR`…), which journald takes as the entry's PRIORITY, so
 /// `journalctl -p warning` finds the service's warnings; there is no
 /// timestamp of our own, the journal has one. Elsewhere (a terminal, a file,
-/// a test) swift-log's `StreamLogHandler` lines are used.
+/// a test) swift-log's `StreamLogHandler` lines are used. Either way events
+/// come escaped (`EscapingLogHandler`): a line break in a message would
+/// start an entry with a priority of its own.
 struct JournalStreamLogHandler: LogHandler {
     let label: String
     var logLevel: Logger.Level = .info
@@ -29,8 +31,7 @@ struct JournalStreamLogHandler: LogHandler {
         if !all.isEmpty {
             text += " " + all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
         }
-        // A message's own newlines would start lines without a priority.
-        text = String(text.map { $0 == "\n" ? " " : $0 }) + "\n"
+        text += "\n"
         // One write per line: lines of several threads never interleave.
         var bytes = Array(text.utf8)
         var offset = 0

@@ -3,6 +3,7 @@
 // The GuidedAccess service: org.guidedaccess.GuidedAccess1 on the session
 // bus (user mode) or the system bus (system mode).
 
+import CLinux
 import DBus
 import DconfBackend
 import GSettingsBackend
@@ -12,17 +13,24 @@ import GuidedAccessService
 import KeyFile
 import Logging
 
+// What a large call took goes back to the system once it is answered, as
+// with any other call. glibc raises its mmap and trim thresholds each time a
+// large block is freed (to 32 MiB at most), after which a message of a few
+// megabytes is held in the heap and stays there; pinned at their defaults,
+// blocks of 128 KiB and more are mapped and unmapped, and a free heap top
+// longer than that is given back.
+mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+mallopt(M_TRIM_THRESHOLD, 128 * 1024)
+
 // Under systemd, stderr is journald's stream: lines carry their priority.
+// Either way, each event is one escaped line of bounded length.
 let logToJournal = JournalStreamLogHandler.stderrIsTheJournal
 LoggingSystem.bootstrap { label in
-    let level: Logger.Level = getenv("GUIDEDACCESS_DEBUG") != nil ? .debug : .info
-    if logToJournal {
-        var handler = JournalStreamLogHandler(label: label)
-        handler.logLevel = level
-        return handler
-    }
-    var handler = StreamLogHandler.standardError(label: label)
-    handler.logLevel = level
+    var handler =
+        logToJournal
+        ? EscapingLogHandler(JournalStreamLogHandler(label: label))
+        : EscapingLogHandler(StreamLogHandler.standardError(label: label))
+    handler.logLevel = getenv("GUIDEDACCESS_DEBUG") != nil ? .debug : .info
     return handler
 }
 let logger = Logger(label: "guidedaccessd")
@@ -148,7 +156,7 @@ func serve(
     let backend: any SettingsBackend
     switch configuration.backend {
     case .gsettings:
-        let gsettings = GSettingsBackend()
+        let gsettings = GSettingsBackend(loop: loop)
         logger.info("gsettings backend: \(gsettings.store.rawValue) store")
         gsettings.onNote = { logger.info("gsettings backend: \($0)") }
         backend = gsettings

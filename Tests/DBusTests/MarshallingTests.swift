@@ -283,14 +283,24 @@ struct Item: DBusRepresentable {
         #expect(MatchRule(member: "It's").description == "type='signal',member='It'\\''s'")
     }
 
-    @Test func theSystemdUnitComesFromTheCgroupPath() {
+    @Test func theSystemdUnitIsTheFirstUnitOfTheCgroupPath() {
         #expect(ProcessInfo.systemdUnit(fromCgroupFile: "0::/system.slice/kiosk-app.service\n") == "kiosk-app.service")
-        #expect(
-            ProcessInfo.systemdUnit(
-                fromCgroupFile: "0::/user.slice/user-1000.slice/user@1000.service/app.slice/kiosk.service\n")
-                == "kiosk.service")
         #expect(ProcessInfo.systemdUnit(fromCgroupFile: "0::/user.slice/user-1000.slice/session-3.scope\n") == "session-3.scope")
+        #expect(ProcessInfo.systemdUnit(fromCgroupFile: "0::/init.scope\n") == "init.scope")
         #expect(ProcessInfo.systemdUnit(fromCgroupFile: "0::/\n") == nil)
         #expect(ProcessInfo.systemdUnit(fromCgroupFile: "12:name=systemd:/system.slice/a.service\n") == "a.service")
+        #expect(ProcessInfo.systemdUnit(fromCgroupFile: "0::/system.slice/_cpu.service\n") == "cpu.service")
+        #expect(ProcessInfo.systemdUnit(fromCgroupFile: "0::/machine/qemu-1\n") == nil)
+    }
+
+    @Test func aUsersOwnUnitsAreTheirUserManagersSystemUnit() {
+        // What a user makes in its delegated subtree cannot pass for a system unit.
+        #expect(
+            ProcessInfo.systemdUnit(
+                fromCgroupFile: "0::/user.slice/user-65534.slice/user@65534.service/app.slice/kiosk-app.service\n")
+                == "user@65534.service")
+        #expect(
+            ProcessInfo.systemdUnit(fromCgroupFile: "0::/system.slice/builder.service/payload/kiosk-app.service\n")
+                == "builder.service")
     }
 }

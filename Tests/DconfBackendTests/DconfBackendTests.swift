@@ -39,11 +39,11 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
 
     func exists(_ path: String) -> Bool { FileManager.default.fileExists(atPath: path) }
 
-    @Test func imposesLocksAndRestoresTheUsersOwnValue() throws {
+    @Test func imposesLocksAndRestoresTheUsersOwnValue() async throws {
         let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
         #expect(backend.name == "dconf")
         // Nothing imposed yet: an empty database, so the profile's file-db exists.
-        try backend.apply([invert: nil])
+        try await backend.apply([invert: nil])
         #expect(exists(databaseDir + "/guidedaccess"))
         #expect(!exists(backend.keyfilePath))
 
@@ -53,7 +53,7 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         #expect(try backend.userValue(of: invert) == nil)
 
         // A session imposes and locks.
-        try backend.apply([invert: .bool(false), magFactor: .double(3), screenReader: .bool(true)])
+        try await backend.apply([invert: .bool(false), magFactor: .double(3), screenReader: .bool(true)])
         #expect(
             try String(contentsOfFile: backend.keyfilePath, encoding: .utf8).contains(
                 "[org/gnome/desktop/a11y/magnifier]\ninvert-lightness=false\nmag-factor=3.0\n"))
@@ -75,7 +75,7 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         #expect(restarted.imposed.count == 3)
 
         // The session ends: nothing imposed, both files gone, the user's own value back.
-        try backend.apply([invert: nil, magFactor: nil, screenReader: nil])
+        try await backend.apply([invert: nil, magFactor: nil, screenReader: nil])
         #expect(!exists(backend.keyfilePath))
         #expect(!exists(backend.locksPath))
         #expect(exists(databaseDir + "/guidedaccess"))
@@ -85,28 +85,28 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         #expect(try dconf.dconfRead("/org/gnome/desktop/a11y/magnifier/invert-lightness") == "true")
     }
 
-    @Test func valueOutOfRangeIsRefusedBeforeAnythingIsWritten() throws {
+    @Test func valueOutOfRangeIsRefusedBeforeAnythingIsWritten() async throws {
         let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
-        let error = #expect(throws: SettingsBackendError.self) {
-            try backend.apply([invert: .bool(true), magFactor: .double(40)])
+        let error = await #expect(throws: SettingsBackendError.self) {
+            try await backend.apply([invert: .bool(true), magFactor: .double(40)])
         }
         #expect(error?.kind == .outOfRange)
         #expect(!exists(databaseDir))
         #expect(backend.imposed.isEmpty)
-        let unknown = #expect(throws: SettingsBackendError.self) {
-            try backend.apply([SettingKey(schema: "org.example.nothing", key: "x"): .bool(true)])
+        let unknown = await #expect(throws: SettingsBackendError.self) {
+            try await backend.apply([SettingKey(schema: "org.example.nothing", key: "x"): .bool(true)])
         }
         #expect(unknown?.kind == .unsupported)
         #expect(!exists(databaseDir))
     }
 
-    @Test func failingDconfUpdateIsWriteFailedNamingTheCommand() throws {
+    @Test func failingDconfUpdateIsWriteFailedNamingTheCommand() async throws {
         let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
-        try backend.apply([invert: .bool(true)])
+        try await backend.apply([invert: .bool(true)])
         // A directory where the database goes: dconf update cannot replace it.
         try FileManager.default.removeItem(atPath: backend.databasePath)
         try FileManager.default.createDirectory(atPath: backend.databasePath, withIntermediateDirectories: false)
-        let error = #expect(throws: SettingsBackendError.self) { try backend.apply([invert: .bool(false)]) }
+        let error = await #expect(throws: SettingsBackendError.self) { try await backend.apply([invert: .bool(false)]) }
         #expect(error?.kind == .writeFailed)
         #expect(error?.message.contains("/usr/bin/dconf update \(databaseDir)") == true)
         // Nothing changed: memory and keyfile still say true.
@@ -114,12 +114,12 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         #expect(try String(contentsOfFile: backend.keyfilePath, encoding: .utf8).contains("invert-lightness=true"))
 
         let bogus = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false, dconfProgram: "/nonexistent/dconf")
-        let spawnError = #expect(throws: SettingsBackendError.self) { try bogus.apply([invert: .bool(false)]) }
+        let spawnError = await #expect(throws: SettingsBackendError.self) { try await bogus.apply([invert: .bool(false)]) }
         #expect(spawnError?.kind == .writeFailed)
         #expect(spawnError?.message.contains("/nonexistent/dconf update") == true)
     }
 
-    @Test func baselineIsLockedOutsideASessionAndComesBackAfterIt() throws {
+    @Test func baselineIsLockedOutsideASessionAndComesBackAfterIt() async throws {
         let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: true)
         let baseline = backend.schemaDefaults(of: [invert, magFactor, screenReader, SettingKey(schema: magnifier, key: "no-such-key")])
         #expect(baseline == [invert: .bool(false), magFactor: .double(2), screenReader: .bool(false)])
@@ -135,10 +135,10 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         // baseline while it lasts.
         let before = try backend.userValue(of: invert)
         #expect(before == nil)
-        try backend.apply([invert: .bool(true), magFactor: .double(3)])
+        try await backend.apply([invert: .bool(true), magFactor: .double(3)])
         #expect(try get(invert) == "true")
         #expect(try get(magFactor) == "3.0")
-        try backend.apply([invert: before, magFactor: nil])
+        try await backend.apply([invert: before, magFactor: nil])
         #expect(try get(invert) == "false")
         #expect(try get(magFactor) == "2.0")
         #expect(try writable(invert) == "false")
@@ -151,10 +151,10 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         #expect(restarted.imposed.isEmpty)
     }
 
-    @Test func turningLockOutsideSessionOffRemovesTheBaselineButNotASession() throws {
+    @Test func turningLockOutsideSessionOffRemovesTheBaselineButNotASession() async throws {
         let locked = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: true)
         try locked.lockBaseline(locked.schemaDefaults(of: [invert, magFactor]))
-        try locked.apply([magFactor: .double(4)])  // a session, resumed after the restart below
+        try await locked.apply([magFactor: .double(4)])  // a session, resumed after the restart below
         #expect(try writable(invert) == "false")
 
         let unlocked = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
@@ -166,7 +166,7 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         #expect(try writable(invert) == "true")
         #expect(try get(magFactor) == "4.0")
         #expect(try writable(magFactor) == "false")
-        try unlocked.apply([magFactor: nil])
+        try await unlocked.apply([magFactor: nil])
         #expect(try writable(magFactor) == "true")
 
         // Without LockOutsideSession from the start, nothing is imposed.
@@ -176,7 +176,7 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         #expect(never.imposed.isEmpty)
     }
 
-    @Test func anotherBrokenDatabaseOfTheDirectoryDoesNotFailOurs() throws {
+    @Test func anotherBrokenDatabaseOfTheDirectoryDoesNotFailOurs() async throws {
         // An administrator's database beside ours, with a typo in it.
         try FileManager.default.createDirectory(atPath: databaseDir + "/local.d", withIntermediateDirectories: true)
         try "[org/gnome/desktop/a11y/magnifier\nmag-factor=9.0\n".write(
@@ -184,7 +184,7 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
         let warnings = Warnings()
         backend.onWarning = { warnings.add($0) }
-        try backend.apply([magFactor: .double(4)])
+        try await backend.apply([magFactor: .double(4)])
         #expect(try get(magFactor) == "4.0")
         #expect(try writable(magFactor) == "false")
         #expect(warnings.all.count == 1)
@@ -193,14 +193,14 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         // Our own broken keyfile is still an error.
         try "[org/gnome/desktop/a11y/magnifier\n".write(
             toFile: backend.keyfileDirectory + "/60-broken", atomically: true, encoding: .utf8)
-        let error = #expect(throws: SettingsBackendError.self) { try backend.apply([magFactor: .double(5)]) }
+        let error = await #expect(throws: SettingsBackendError.self) { try await backend.apply([magFactor: .double(5)]) }
         #expect(error?.message.contains("guidedaccess.d") == true)
         #expect(try get(magFactor) == "4.0")
     }
 
-    @Test func startUpRebuildsWhatACrashLeftBetweenTheFilesAndDconfUpdate() throws {
+    @Test func startUpRebuildsWhatACrashLeftBetweenTheFilesAndDconfUpdate() async throws {
         let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
-        try backend.apply([magFactor: .double(3)])
+        try await backend.apply([magFactor: .double(3)])
         // As if a later apply had written its keyfile and died before `dconf update`.
         let text = try String(contentsOfFile: backend.keyfilePath, encoding: .utf8)
         try text.replacingOccurrences(of: "mag-factor=3.0", with: "mag-factor=6.0")
@@ -214,15 +214,15 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         #expect(try writable(magFactor) == "false")
     }
 
-    @Test func temporaryFilesAreDotFilesThatDconfSkips() throws {
+    @Test func temporaryFilesAreDotFilesThatDconfSkips() async throws {
         let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: true)
         try backend.lockBaseline(backend.schemaDefaults(of: [invert]))
-        try backend.apply([magFactor: .double(3)])
+        try await backend.apply([magFactor: .double(3)])
         let names = try FileManager.default.contentsOfDirectory(atPath: backend.keyfileDirectory).sorted()
         #expect(names == ["40-guidedaccess-baseline", "50-guidedaccess", "locks"])
         // A leftover of a crash mid-write neither counts nor stays.
         try "garbage".write(toFile: backend.keyfileDirectory + "/.50-guidedaccess.tmp", atomically: true, encoding: .utf8)
-        try backend.apply([magFactor: .double(4)])
+        try await backend.apply([magFactor: .double(4)])
         #expect(try get(magFactor) == "4.0")
         let restarted = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: true)
         try restarted.lockBaseline(restarted.schemaDefaults(of: [invert]))
@@ -242,12 +242,12 @@ let screenReader = SettingKey(schema: "org.gnome.desktop.a11y.applications", key
         #expect(try !String(contentsOfFile: backend.baselineKeyfilePath, encoding: .utf8).contains("no-such-key"))
     }
 
-    @Test func applyTiming() throws {
+    @Test func applyTiming() async throws {
         let backend = try DconfBackend(databaseDir: databaseDir, databaseName: "guidedaccess", lockOutsideSession: false)
         var micros: [Double] = []
         for i in 0..<50 {
             let start = DispatchTime.now().uptimeNanoseconds
-            try backend.apply([invert: .bool(i % 2 == 0), magFactor: .double(Double(2 + i % 3))])
+            try await backend.apply([invert: .bool(i % 2 == 0), magFactor: .double(Double(2 + i % 3))])
             micros.append(Double(DispatchTime.now().uptimeNanoseconds - start) / 1000)
         }
         micros.sort()

@@ -1,3 +1,4 @@
+import DBus
 import Foundation
 @testable import GSettingsBackend
 import GuidedAccessCore
@@ -11,7 +12,8 @@ let interface = "org.gnome.desktop.interface"
 /// Checks that need only the installed schemas: they never create a GSettings
 /// object, so they run in this process without a bus.
 @Suite struct SchemaChecks {
-    let backend = GSettingsBackend()
+    /// Never run: these checks fail before anything waits on it.
+    let backend = GSettingsBackend(loop: EventLoop())
 
     @Test func nameIsGsettings() {
         #expect(backend.name == "gsettings")
@@ -24,14 +26,14 @@ let interface = "org.gnome.desktop.interface"
                 == .available)
     }
 
-    @Test func unknownSchemaIsMissingSchemaWithoutCrashing() throws {
+    @Test func unknownSchemaIsMissingSchemaWithoutCrashing() async throws {
         let key = SettingKey(schema: "org.example.no-such-schema", key: "enabled")
         #expect(backend.availability(of: key, for: .bool(true)) == .missingSchema)
         let error = #expect(throws: SettingsBackendError.self) { try backend.check([key: .bool(true)]) }
         #expect(error?.kind == .unsupported)
         #expect(error?.message.contains("org.example.no-such-schema") == true)
         #expect(throws: SettingsBackendError.self) { try backend.userValue(of: key) }
-        #expect(throws: SettingsBackendError.self) { try backend.apply([key: .bool(true)]) }
+        await #expect(throws: SettingsBackendError.self) { try await backend.apply([key: .bool(true)]) }
     }
 
     @Test func reducedMotionIsMissingKeyOnGnome43() throws {

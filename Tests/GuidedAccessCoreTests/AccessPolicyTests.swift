@@ -1,3 +1,4 @@
+import Glibc
 import Testing
 @testable import GuidedAccessCore
 
@@ -13,9 +14,10 @@ import Testing
             userID: { Self.users[$0] }, groupID: { Self.groups[$0] })
     }
 
+    let programs = TestPrograms()
     let root = CallerIdentity(uid: 0)
-    let kiosk = CallerIdentity(uid: 1000, gids: [1000], executablePath: "/usr/bin/kiosk-browser")
-    let stranger = CallerIdentity(uid: 1001, gids: [1001], executablePath: "/usr/bin/other")
+    var kiosk: CallerIdentity { CallerIdentity(uid: 1000, gids: [1000], executable: programs.executable("kiosk-browser")) }
+    var stranger: CallerIdentity { CallerIdentity(uid: 1001, gids: [1001], executable: programs.executable("other")) }
 
     @Test func inSystemModeRootIsAlwaysClientAndOperator() throws {
         let policy = try policy(.system, serviceUID: 0, [("Clients", "AllowUsers", ""), ("Operators", "AllowUsers", "")])
@@ -39,11 +41,12 @@ import Testing
     }
 
     @Test func inUserModeAClientsGroupReplacesTheBusUserRule() throws {
-        let policy = try policy(.user, [("Clients", "AllowExecutables", "/usr/bin/kiosk-browser")])
+        let policy = try policy(.user, [("Clients", "AllowExecutables", programs.path("kiosk-browser"))])
         #expect(policy.isClient(kiosk))
-        #expect(!policy.isClient(CallerIdentity(uid: 1000, executablePath: "/usr/bin/bash")))
+        let shell = CallerIdentity(uid: 1000, executable: programs.executable("bash"))
+        #expect(!policy.isClient(shell))
         // No [Operators] group: the bus's own user is still an operator.
-        #expect(policy.isOperator(CallerIdentity(uid: 1000, executablePath: "/usr/bin/bash")))
+        #expect(policy.isOperator(shell))
     }
 
     @Test func inUserModeAnEmptyOperatorsGroupLeavesOperatorsToPolkit() throws {
@@ -61,15 +64,28 @@ import Testing
         let policy = try policy(.system, serviceUID: 0, [
             ("Clients", "AllowUsers", "kiosk;1003"),
             ("Clients", "AllowGroups", "kiosks"),
-            ("Clients", "AllowExecutables", "/opt/app/bin/app"),
+            ("Clients", "AllowExecutables", programs.path("app")),
             ("Clients", "AllowUnits", "kiosk-app.service"),
         ])
         #expect(policy.isClient(CallerIdentity(uid: 1000)))
         #expect(policy.isClient(CallerIdentity(uid: 1003)))
         #expect(policy.isClient(CallerIdentity(uid: 2000, gids: [500])))
-        #expect(policy.isClient(CallerIdentity(uid: 2000, executablePath: "/opt/app/bin/app")))
+        #expect(policy.isClient(CallerIdentity(uid: 2000, executable: programs.executable("app"))))
         #expect(policy.isClient(CallerIdentity(uid: 2000, systemdUnit: "kiosk-app.service")))
-        #expect(!policy.isClient(CallerIdentity(uid: 2000, gids: [10], executablePath: "/usr/bin/app", systemdUnit: "other.service")))
+        #expect(!policy.isClient(CallerIdentity(uid: 2000, gids: [10], executable: programs.executable("other"), systemdUnit: "other.service")))
+    }
+
+    @Test func anAllowedExecutableIsTheFileAtItsPathNotThePathACallerShows() throws {
+        let app = programs.executable("app")
+        let policy = try policy(.system, serviceUID: 0, [("Clients", "AllowExecutables", app.path)])
+        #expect(policy.isClient(CallerIdentity(uid: 2000, executable: app)))
+        // Another program a mount namespace shows at the allowed path:
+        let impostor = Executable(path: programs.path("app"), file: programs.executable("other").file)
+        #expect(!policy.isClient(CallerIdentity(uid: 2000, executable: impostor)))
+        // The allowed program reached by another path (usrmerge's /bin → /usr/bin):
+        #expect(symlink(app.path, programs.path("app-link")) == 0)
+        let viaLink = try self.policy(.system, serviceUID: 0, [("Clients", "AllowExecutables", programs.path("app-link"))])
+        #expect(viaLink.isClient(CallerIdentity(uid: 2000, executable: app)))
     }
 
     @Test func operatorsMatchByUserOrGroup() throws {

@@ -15,6 +15,23 @@ import Testing
         }
     }
 
+    @Test func aFeatureNamedTwiceIsInvalidArgsNamingIt() {
+        #expect(throws: GuidedAccessError.invalidArgs("feature 'zoom' is named twice")) {
+            try Feature.parse(["zoom", "grayscale", "zoom"])
+        }
+    }
+
+    @Test func aRepeatedNameIsFoundBeforeAnUnknownOne() {
+        // Arguments first, as the API orders its errors.
+        #expect(throws: GuidedAccessError.invalidArgs("feature 'zoom' is named twice")) {
+            try Feature.parse(["teleport", "zoom", "zoom"])
+        }
+    }
+
+    @Test func everyFeatureOnceIsTheLongestValidList() throws {
+        #expect(try Feature.parse(Feature.allCases.map(\.wireName)) == Set(Feature.allCases))
+    }
+
     @Test func featuresSortByWireName() {
         #expect(Feature.allCases.sorted().map(\.wireName) == [
             "grayscale", "high-contrast", "invert-colors", "large-text",

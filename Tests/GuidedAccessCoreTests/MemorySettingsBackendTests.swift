@@ -56,27 +56,27 @@ import Testing
         }
     }
 
-    @Test func applySetsAndResetsKeys() throws {
+    @Test func applySetsAndResetsKeys() async throws {
         let backend = MemorySettingsBackend(values: [.invertLightness: .bool(true)])
-        try backend.apply([.magFactor: .double(3.0), .invertLightness: nil])
+        try await backend.apply([.magFactor: .double(3.0), .invertLightness: nil])
         #expect(try backend.userValue(of: .magFactor) == .double(3.0))
         #expect(try backend.userValue(of: .invertLightness) == nil)
     }
 
-    @Test func anApplyWithOneBadValueChangesNothing() {
+    @Test func anApplyWithOneBadValueChangesNothing() async {
         let backend = MemorySettingsBackend()
-        #expect(throws: SettingsBackendError.self) {
-            try backend.apply([.magFactor: .double(3.0), .colorSaturation: .double(2.0)])
+        await #expect(throws: SettingsBackendError.self) {
+            try await backend.apply([.magFactor: .double(3.0), .colorSaturation: .double(2.0)])
         }
         #expect(backend.values.isEmpty)
     }
 
-    @Test func anInjectedFailureFailsOnlyTheNextApply() throws {
+    @Test func anInjectedFailureFailsOnlyTheNextApply() async throws {
         let backend = MemorySettingsBackend()
         backend.failNextApply()
-        #expect(throws: SettingsBackendError(.writeFailed, "injected failure")) { try backend.apply([.magFactor: .double(3.0)]) }
+        await #expect(throws: SettingsBackendError(.writeFailed, "injected failure")) { try await backend.apply([.magFactor: .double(3.0)]) }
         #expect(backend.values.isEmpty)
-        try backend.apply([.magFactor: .double(3.0)])
+        try await backend.apply([.magFactor: .double(3.0)])
         #expect(backend.appliedCount == 1)
     }
 }

@@ -114,6 +114,34 @@ import Testing
         #expect(registry.restrictions.map(\.identifier) == ["b"])
     }
 
+    @Test func anIdentifierNamedTwiceIsInvalidArgsAndUnregistersNothing() throws {
+        var registry = RestrictionRegistry()
+        try registry.register([registration("a"), registration("b")])
+        #expect(throws: GuidedAccessError.invalidArgs("restriction identifier 'a' appears twice in the list")) {
+            try registry.unregister(["a", "b", "a"])
+        }
+        #expect(registry.count == 2)
+    }
+
+    @Test func moreIdentifiersThanMayExistIsInvalidArgs() throws {
+        var registry = RestrictionRegistry()
+        try registry.register(batch(256))
+        let identifiers = (0..<257).map { "com.example.r\($0)" }
+        #expect(throws: GuidedAccessError.invalidArgs("257 identifiers to unregister, more than the 256 that may exist")) {
+            try registry.unregister(identifiers)
+        }
+        #expect(registry.count == 256)
+    }
+
+    @Test func aBatchLongerThanTheLimitIsLimitExceededWhateverItHolds() {
+        var registry = RestrictionRegistry()
+        // Repeats and all: more than may exist is too many.
+        #expect(throws: GuidedAccessError.limitExceeded("a batch of 300 restrictions is more than the 256 that may exist")) {
+            try registry.register(Array(repeating: registration("a.b"), count: 300))
+        }
+        #expect(registry.count == 0)
+    }
+
     @Test func settingAStateReportsWhetherItChanged() throws {
         var registry = RestrictionRegistry()
         try registry.register([registration("a")])

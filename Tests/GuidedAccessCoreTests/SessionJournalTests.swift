@@ -203,6 +203,75 @@ import Testing
         try journal.record(sampleState)
         #expect(try journal.load() == sampleState)
     }
+
+    // MARK: Trusted no more than a caller
+
+    /// Whether loading moved the journal aside as corrupt, with a reason containing `reason`.
+    func keptAsideAsCorrupt(because reason: String) -> Bool {
+        do {
+            _ = try journal.load()
+        } catch {
+            guard case .corrupt(_, _, let why) = error, why.contains(reason) else {
+                Issue.record("expected a corrupt journal (\(reason)), got \(error)")
+                return false
+            }
+            return !directory.visibleFiles.contains(SessionJournal.fileName)
+                && directory.visibleFiles.contains { $0.hasPrefix("journal.corrupt-") }
+        }
+        Issue.record("the journal loaded")
+        return false
+    }
+
+    @Test(.timeLimit(.minutes(1))) func aFIFOInPlaceOfTheJournalIsKeptAsideWithoutWaitingForAWriter() throws {
+        #expect(mkfifo(journal.path, 0o600) == 0)
+        #expect(keptAsideAsCorrupt(because: "not a regular file"))
+    }
+
+    @Test func aSymbolicLinkInPlaceOfTheJournalIsKeptAsideNotFollowed() throws {
+        try journal.record(sampleState)
+        #expect(rename(journal.path, directory.path + "/elsewhere.json") == 0)
+        #expect(symlink(directory.path + "/elsewhere.json", journal.path) == 0)
+        #expect(keptAsideAsCorrupt(because: "symbolic link"))
+    }
+
+    @Test(arguments: [
+        ("\"zoomFactor\" : 2.5", "\"zoomFactor\" : -5", "zoom factor"),
+        ("\"textScale\" : 1.5", "\"textScale\" : 1e308", "text scale"),
+        ("\"owner\" : \":1.42\"", "\"owner\" : \"\\u001b]0;x\"", "unique bus name"),
+        ("\"features\" : [", "\"features\" : [\"zoom\",", "appears twice"),
+        ("\"key\" : \"mag-factor\"", "\"key\" : \"picture-uri\"", "never writes"),
+    ])
+    func aSessionNoCallerCouldHaveMadeIsCorrupt(_ good: String, _ bad: String, _ reason: String) throws {
+        try journal.record(sampleState)
+        let text = directory.read("journal.json")!
+        #expect(text.contains(good))
+        directory.write(text.replacing(good, with: bad), to: "journal.json")
+        #expect(keptAsideAsCorrupt(because: reason))
+    }
+
+    @Test func moreRestrictionsThanTheLimitAreCorrupt() throws {
+        let many = (0..<300).map { Restriction(identifier: "org.example.r\($0)", text: "R", detail: "") }
+        try journal.record(JournalState(session: nil, restrictions: many))
+        #expect(keptAsideAsCorrupt(because: "more than the 256 that may exist"))
+    }
+
+    @Test func aRestrictionIdentifierWithAnEscapeSequenceIsCorrupt() throws {
+        try journal.record(JournalState(session: nil, restrictions: [Restriction(identifier: "ok", text: "T", detail: "")]))
+        let text = directory.read("journal.json")!.replacing("\"identifier\" : \"ok\"", with: "\"identifier\" : \"\\u001b[2J\"")
+        directory.write(text, to: "journal.json")
+        #expect(keptAsideAsCorrupt(because: "restrictions:"))
+    }
+
+    @Test func anEndUnderWayIsRecordedAndLoadsBack() throws {
+        var state = sampleState
+        state.session?.isEnding = true
+        try journal.record(state)
+        #expect(directory.read("journal.json")?.contains("\"ending\" : true") == true)
+        #expect(try journal.load() == state)
+        try journal.record(sampleState)
+        #expect(directory.read("journal.json")?.contains("ending") == false)
+    }
+
 }
 
 @Suite struct RecyclingReplaceTests {

@@ -67,6 +67,12 @@ import Testing
         }
     }
 
+    @Test func aFeatureNamedTwiceInOptionsIsInvalidArgs() {
+        #expect(throws: GuidedAccessError.invalidArgs("feature 'zoom' is named twice")) {
+            try parse(["features": .stringArray(["zoom", "zoom"])])
+        }
+    }
+
     @Test func anUnknownFeatureInOptionsIsUnknownFeature() {
         #expect(throws: GuidedAccessError.unknownFeature("unknown feature 'teleport'")) {
             try parse(["features": .stringArray(["teleport"])])

@@ -9,7 +9,8 @@ import Testing
 @Suite struct SessionStoreTests {
     let directory = SessionJournalTests.TemporaryDirectory()
     var journal: SessionJournal { SessionJournal(directory: directory.path) }
-    static let kiosk = BusCaller(uniqueName: ":1.1", identity: CallerIdentity(uid: 1000, executablePath: "/usr/bin/kiosk"))
+    static let kiosk = BusCaller(uniqueName: ":1.1", identity: CallerIdentity(
+        uid: 1000, executable: Executable(path: "/usr/bin/kiosk", file: FileIdentity(device: 1, inode: 2))))
 
     func store(_ backend: MemorySettingsBackend, journal: SessionJournal? = nil) -> SessionStore {
         SessionStore(journal: journal ?? self.journal, backend: backend, keyMap: FeatureKeyMap())
@@ -24,12 +25,27 @@ import Testing
         return session
     }
 
+    // The writes, each in a turn of its own, as the service makes them.
+    func begin(_ store: SessionStore, _ session: Session) async throws {
+        try await store.exclusively { try await store.begin(session) }
+    }
+
+    @discardableResult
+    func setFeatures(_ store: SessionStore, _ features: Set<Feature>) async throws -> Set<Feature> {
+        try await store.exclusively { try await store.setFeatures(features) }
+    }
+
+    @discardableResult
+    func end(_ store: SessionStore) async throws -> SessionStore.Ending {
+        try await store.exclusively { try await store.end() }
+    }
+
     // MARK: The transaction
 
-    @Test func theJournalKnowsTheSnapshotBeforeTheSettingsChange() throws {
+    @Test func theJournalKnowsTheSnapshotBeforeTheSettingsChange() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(4.0)])
         let store = store(backend)
-        try store.begin(Self.session([.invertColors]))
+        try await begin(store, Self.session([.invertColors]))
         #expect(try journal.load()?.session?.snapshot[.magFactor] == .set(.double(4.0)))
         #expect(try journal.load()?.session?.snapshot[.invertLightness] == .unset)
         #expect(try backend.userValue(of: .invertLightness) == .bool(true))
@@ -37,42 +53,42 @@ import Testing
         #expect(store.isCurrent(store.generation))
     }
 
-    @Test func aFailedWriteIsBackendFailedAndPutsTheJournalBack() throws {
+    @Test func aFailedWriteIsBackendFailedAndPutsTheJournalBack() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend)
         backend.failNextApply()
-        #expect(throws: GuidedAccessError.backendFailed("memory backend: injected failure")) {
-            try store.begin(Self.session([.invertColors]))
+        await #expect(throws: GuidedAccessError.backendFailed("memory backend: injected failure")) {
+            try await begin(store, Self.session([.invertColors]))
         }
         #expect(try journal.load() == JournalState(session: nil, restrictions: []))
         #expect(backend.values.isEmpty)
         #expect(store.session == nil)
     }
 
-    @Test func aJournalThatCannotBeWrittenStopsTheSettingsWrite() throws {
+    @Test func aJournalThatCannotBeWrittenStopsTheSettingsWrite() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend, journal: SessionJournal(directory: "/proc/guidedaccess-no-such-dir"))
-        #expect(throws: GuidedAccessError.self) { try store.begin(Self.session([.zoom])) }
+        await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.zoom])) }
         #expect(backend.appliedCount == 0)
         #expect(store.session == nil)
     }
 
-    @Test func aValueTheBackendRejectsIsUnsupportedAndWritesNothing() throws {
+    @Test func aValueTheBackendRejectsIsUnsupportedAndWritesNothing() async throws {
         // A system whose text-scaling-factor stops below the session's scale.
         var keys = MemorySettingsBackend.gnome43Keys
         keys[.textScalingFactor] = .double(0.5...1.2)
         let backend = MemorySettingsBackend(knownKeys: keys)
         let store = store(backend)
-        #expect(throws: GuidedAccessError.self) { try store.begin(Self.session([.largeText])) }
+        await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.largeText])) }
         #expect(backend.appliedCount == 0)
         #expect(try journal.load() == nil)
     }
 
-    @Test func keysGivenBackLeaveTheSnapshotAndTheJournalCatchesUpLater() throws {
+    @Test func keysGivenBackLeaveTheSnapshotAndTheJournalCatchesUpLater() async throws {
         let backend = MemorySettingsBackend(values: [.invertLightness: .bool(false)])
         let store = store(backend)
-        try store.begin(Self.session([.zoom, .invertColors]))
-        let turnedOff = try store.setFeatures([.zoom])
+        try await begin(store, Self.session([.zoom, .invertColors]))
+        let turnedOff = try await setFeatures(store, [.zoom])
         #expect(turnedOff == [.invertColors])
         #expect(try backend.userValue(of: .invertLightness) == .bool(false))
         #expect(store.session?.snapshot[.invertLightness] == nil)
@@ -85,19 +101,19 @@ import Testing
         #expect(try journal.load()?.session?.features == [.zoom])
     }
 
-    @Test func turningOffAFeatureDropsItsProgramFromTheRecord() throws {
+    @Test func turningOffAFeatureDropsItsProgramFromTheRecord() async throws {
         let store = store(MemorySettingsBackend())
-        try store.begin(Self.session([.screenReader, .zoom]))
+        try await begin(store, Self.session([.screenReader, .zoom]))
         try store.change { $0.programs[.screenReader] = .unit(SessionProgramKind.screenReader.unitName(pid: 42, run: 1)) }
         #expect(try journal.load()?.session?.programs[.screenReader] != nil)
-        #expect(try store.setFeatures([.zoom]) == [.screenReader])
+        #expect(try await setFeatures(store, [.zoom]) == [.screenReader])
         #expect(store.session?.programs.isEmpty == true)
     }
 
-    @Test func aChangeThatCannotBeJournaledIsNotKept() throws {
+    @Test func aChangeThatCannotBeJournaledIsNotKept() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend)
-        try store.begin(Self.session([.zoom]))
+        try await begin(store, Self.session([.zoom]))
         try FileManager.default.removeItem(atPath: directory.path)
         try "not a directory".write(toFile: directory.path, atomically: false, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: directory.path) }
@@ -110,17 +126,17 @@ import Testing
 
     // MARK: Ending
 
-    @Test func endingRestoresEveryKeyAllowsEveryRestrictionAndForgetsTheSession() throws {
+    @Test func endingRestoresEveryKeyAllowsEveryRestrictionAndForgetsTheSession() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(4.0)])
         let store = store(backend)
         var registry = store.registry
         try registry.register([RestrictionRegistration(identifier: "org.example.pay", text: "Pay")])
         try store.commit(registry)
-        try store.begin(Self.session([.zoom]))
+        try await begin(store, Self.session([.zoom]))
         registry = store.registry
         try registry.setState(.deny, of: "org.example.pay")
         try store.commit(registry)
-        let ending = try store.end()
+        let ending = try await end(store)
         #expect(ending.allowedAgain == ["org.example.pay"])
         #expect(ending.journalProblem == nil)
         #expect(backend.values == [.magFactor: .double(4.0)])
@@ -129,17 +145,193 @@ import Testing
             session: nil, restrictions: [Restriction(identifier: "org.example.pay", text: "Pay", detail: "")]))
     }
 
-    @Test func anEndTheBackendRefusesKeepsTheSession() throws {
+    @Test func anEndTheBackendRefusesKeepsTheSession() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend)
-        try store.begin(Self.session([.zoom]))
+        try await begin(store, Self.session([.zoom]))
         backend.failNextApply()
-        #expect(throws: GuidedAccessError.backendFailed(
-            "memory backend: cannot restore the settings: injected failure")) { try store.end() }
+        await #expect(throws: GuidedAccessError.backendFailed(
+            "memory backend: cannot restore the settings: injected failure")) { try await end(store) }
         #expect(store.session?.features == [.zoom])
         #expect(try journal.load()?.session != nil)
-        _ = try store.end()
+        _ = try await end(store)
         #expect(backend.values.isEmpty)
+    }
+
+    // MARK: Writes of unknown outcome, ends that cannot be recorded, turns
+
+    static let unanswered = SettingsBackendError(.outcomeUnknown, "no answer in time")
+
+    @Test func aWriteOfUnknownOutcomeIsBackendFailedAndItsKeysAreRestoredAtTheEnd() async throws {
+        let backend = MemorySettingsBackend()
+        let store = store(backend)
+        try await begin(store, Self.session([.zoom]))
+        // The store wrote after all (a stalled dconf-service that ran again).
+        backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
+        await #expect(throws: GuidedAccessError.backendFailed("memory backend: no answer in time")) {
+            try await setFeatures(store, [.zoom, .grayscale])
+        }
+        #expect(store.session?.features == [.zoom])
+        #expect(store.session?.snapshot[.colorSaturation] == .unset)
+        #expect(try journal.load()?.session?.snapshot[.colorSaturation] == .unset)
+        #expect(try journal.load()?.session?.features == [.zoom])
+        _ = try await end(store)
+        #expect(backend.values.isEmpty)
+    }
+
+    @Test func aSessionWhoseFirstWriteHasAnUnknownOutcomeIsPutBackAtOnce() async throws {
+        let backend = MemorySettingsBackend(values: [.magFactor: .double(4.0)])
+        let store = store(backend)
+        backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
+        await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.zoom])) }
+        #expect(store.session == nil)
+        #expect(backend.values == [.magFactor: .double(4.0)])
+        #expect(try journal.load()?.session == nil)
+    }
+
+    @Test func keysOwedByASessionThatDidNotStartAreJournaledAndPutBackLater() async throws {
+        let backend = MemorySettingsBackend()
+        let store = store(backend)
+        // Neither the write nor its immediate restore is answered in time.
+        backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
+        backend.failNextApply(with: Self.unanswered)
+        await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.grayscale])) }
+        #expect(store.session == nil)
+        #expect(store.owed.count == 4 && store.owed.values.allSatisfy { $0 == .unset })
+        #expect(backend.values[.colorSaturation] == .double(0.0))
+        // A restart would end what the journal holds.
+        let journaled = try journal.load()?.session
+        #expect(journaled?.isEnding == true && journaled?.snapshot == store.owed)
+        #expect(try await store.exclusively { await store.settleOwed() })
+        #expect(backend.values.isEmpty && store.owed.isEmpty)
+        #expect(try journal.load()?.session == nil)
+    }
+
+    @Test func theNextSessionTakesOverTheOwedKeysAndItsEndRestoresThem() async throws {
+        let backend = MemorySettingsBackend()
+        let store = store(backend)
+        backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
+        backend.failNextApply(with: Self.unanswered)
+        await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.grayscale])) }
+        try await begin(store, Self.session([.zoom]))
+        #expect(store.owed.isEmpty)
+        #expect(store.session?.snapshot[.colorSaturation] == .unset)
+        _ = try await end(store)
+        #expect(backend.values.isEmpty)
+    }
+
+    @Test func anEndThatCannotBeRecordedChangesNothingAndCanBeRetried() async throws {
+        let backend = MemorySettingsBackend()
+        let store = store(backend)
+        try await begin(store, Self.session([.zoom]))
+        let zoomed = backend.values
+        try FileManager.default.removeItem(atPath: directory.path)
+        try "not a directory".write(toFile: directory.path, atomically: false, encoding: .utf8)
+        await #expect(throws: GuidedAccessError.self) { try await end(store) }
+        #expect(store.session?.features == [.zoom])
+        #expect(backend.values == zoomed)
+        try FileManager.default.removeItem(atPath: directory.path)
+        _ = try await end(store)
+        #expect(backend.values.isEmpty)
+        #expect(try journal.load()?.session == nil)
+    }
+
+    @Test func aRestartFinishesAnEndThatWasUnderWay() throws {
+        var session = Self.session([.invertColors])
+        session.isEnding = true
+        session.snapshot = [.invertLightness: .unset]
+        let plan = RecoveryPlan(
+            state: JournalState(session: session, restrictions: []), keyMap: FeatureKeyMap(),
+            currentValues: [.invertLightness: .bool(true)], ownerConnected: true, nowUsec: 1)
+        #expect(plan.unfinishedEnd && plan.endsNow && !plan.expired)
+        #expect(plan.changes.isEmpty && plan.givenBack.isEmpty)
+    }
+
+    @Test func aCommitThatChangesNothingWritesNoJournal() throws {
+        let store = store(MemorySettingsBackend())
+        var registry = store.registry
+        try registry.register([RestrictionRegistration(identifier: "org.example.pay", text: "Pay")])
+        try store.commit(registry)
+        // A journal that can no longer be written: only a write would notice.
+        try FileManager.default.removeItem(atPath: directory.path)
+        try "not a directory".write(toFile: directory.path, atomically: false, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: directory.path) }
+        var same = store.registry
+        try same.register([RestrictionRegistration(identifier: "org.example.pay", text: "Pay")])
+        try store.commit(same)
+    }
+
+    /// The memory backend, but a write can be held until the test lets it go.
+    final class HeldBackend: SettingsBackend {
+        let inner = MemorySettingsBackend()
+        var holdNext = false
+        var held: CheckedContinuation<Void, Never>?
+        var name: String { inner.name }
+        var realisesEveryFeature: Bool { true }
+        func availability(of key: SettingKey, for value: SettingValue) -> SettingAvailability {
+            inner.availability(of: key, for: value)
+        }
+        func check(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) -> CheckedChange {
+            try inner.check(changes)
+        }
+        func userValue(of key: SettingKey) throws(SettingsBackendError) -> SettingValue? { try inner.userValue(of: key) }
+        nonisolated(nonsending) func apply(_ change: CheckedChange) async throws(SettingsBackendError) {
+            if holdNext {
+                holdNext = false
+                await withCheckedContinuation { held = $0 }
+            }
+            try await inner.apply(change)
+        }
+        /// Waits until a write is held, then lets it go after `meanwhile`.
+        nonisolated(nonsending) func release(after meanwhile: () throws -> Void) async rethrows {
+            while held == nil { await Task.yield() }
+            try meanwhile()
+            held!.resume()
+            held = nil
+        }
+    }
+
+    @MainActor @Test func whatHappensWhileAWriteIsOutIsKeptAndJournaledWithIt() async throws {
+        let backend = HeldBackend()
+        let store = SessionStore(journal: journal, backend: backend, keyMap: FeatureKeyMap())
+        try await store.exclusively { try await store.begin(Self.session([.zoom])) }
+        backend.holdNext = true
+        let write = Task { @MainActor in try await store.exclusively { try await store.setFeatures([.zoom, .grayscale]) } }
+        try await backend.release { () throws in
+            // The owner leaves while dconf-service writes: the journal keeps
+            // the write it is ahead by, and the departure.
+            store.note { $0.connectionLeft(":1.1") }
+            #expect(try journal.load()?.session?.owner == nil)
+            #expect(try journal.load()?.session?.features == [.zoom, .grayscale])
+            #expect(store.session?.features == [.zoom])
+        }
+        try await write.value
+        #expect(store.session?.owner == nil)
+        #expect(store.session?.features == [.zoom, .grayscale])
+    }
+
+    @MainActor @Test func writesTakeTurnsInTheOrderTheyCame() async throws {
+        let backend = HeldBackend()
+        let store = SessionStore(journal: journal, backend: backend, keyMap: FeatureKeyMap())
+        try await store.exclusively { try await store.begin(Self.session([.zoom])) }
+        backend.holdNext = true
+        let first = Task { @MainActor in try await store.exclusively { try await store.setFeatures([.zoom, .grayscale]) } }
+        var order: [String] = []
+        await backend.release {
+            let second = Task { @MainActor in
+                try await store.exclusively {
+                    // Checked in its turn: the first write is done.
+                    order.append("second sees \(store.session!.features.sortedWireNames)")
+                    try await store.setFeatures(store.session!.features.union([.highContrast]))
+                }
+            }
+            _ = second
+            order.append("first released")
+        }
+        try await first.value
+        while store.session?.features.contains(.highContrast) != true { await Task.yield() }
+        #expect(order == ["first released", "second sees [\"grayscale\", \"zoom\"]"])
+        #expect(store.session?.features == [.zoom, .grayscale, .highContrast])
     }
 
     // MARK: Taking up the journal
@@ -202,13 +394,13 @@ import Testing
         #expect(plan.session?.snapshot == session.snapshot)
     }
 
-    @Test func recoveringWritesTheKeysForgetsWhatWasGivenBackAndJournalsIt() throws {
+    @Test func recoveringWritesTheKeysForgetsWhatWasGivenBackAndJournalsIt() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(2.0)])
         var session = Self.session([.highContrast])
         session.snapshot = [.highContrast: .unset, .magFactor: .set(.double(4.0))]
         let state = try journaled(session)
         let store = store(backend)
-        let recovery = store.recover(state, ownerConnected: { _ in false }, nowUsec: 1)
+        let recovery = await store.recover(state, ownerConnected: { _ in false }, nowUsec: 1)
         #expect(recovery.writeProblem == nil && recovery.journalProblem == nil)
         #expect(backend.values == [.magFactor: .double(4.0), .highContrast: .bool(true)])
         #expect(store.session?.snapshot == [.highContrast: .unset])
@@ -217,22 +409,22 @@ import Testing
         #expect(store.isCurrent(store.generation))
     }
 
-    @Test func aRecoveryWriteThatFailsKeepsTheKeysForTheEnd() throws {
+    @Test func aRecoveryWriteThatFailsKeepsTheKeysForTheEnd() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(2.0)])
         var session = Self.session([])
         session.snapshot = [.magFactor: .set(.double(4.0))]
         let store = store(backend)
         backend.failNextApply()
-        let recovery = store.recover(try journaled(session), ownerConnected: { _ in true }, nowUsec: 1)
+        let recovery = await store.recover(try journaled(session), ownerConnected: { _ in true }, nowUsec: 1)
         #expect(recovery.writeProblem == "injected failure")
         #expect(store.session?.snapshot == [.magFactor: .set(.double(4.0))])
-        _ = try store.end()
+        _ = try await end(store)
         #expect(backend.values == [.magFactor: .double(4.0)])
     }
 
-    @Test func withoutASessionTheRestrictionsComeBackAllowed() throws {
+    @Test func withoutASessionTheRestrictionsComeBackAllowed() async throws {
         let store = store(MemorySettingsBackend())
-        let recovery = store.recover(
+        let recovery = await store.recover(
             JournalState(session: nil, restrictions: [Restriction(identifier: "a", text: "A", detail: "")]),
             ownerConnected: { _ in true }, nowUsec: 1)
         #expect(recovery.plan.session == nil)

@@ -1,11 +1,17 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import Testing
 @testable import GuidedAccessCore
 
 @Suite struct SessionTests {
-    let kiosk = BusCaller(uniqueName: ":1.10", identity: CallerIdentity(uid: 1000, executablePath: "/usr/bin/kiosk"))
-    let kioskRestarted = BusCaller(uniqueName: ":1.11", identity: CallerIdentity(uid: 1000, executablePath: "/usr/bin/kiosk"))
-    let otherApp = BusCaller(uniqueName: ":1.12", identity: CallerIdentity(uid: 1000, executablePath: "/usr/bin/other"))
-    let otherUser = BusCaller(uniqueName: ":1.13", identity: CallerIdentity(uid: 1001, executablePath: "/usr/bin/kiosk"))
+    let programs = TestPrograms()
+    var kiosk: BusCaller { BusCaller(uniqueName: ":1.10", identity: CallerIdentity(uid: 1000, executable: programs.executable("kiosk"))) }
+    var kioskRestarted: BusCaller { BusCaller(uniqueName: ":1.11", identity: CallerIdentity(uid: 1000, executable: programs.executable("kiosk"))) }
+    var otherApp: BusCaller { BusCaller(uniqueName: ":1.12", identity: CallerIdentity(uid: 1000, executable: programs.executable("other"))) }
+    var otherUser: BusCaller { BusCaller(uniqueName: ":1.13", identity: CallerIdentity(uid: 1001, executable: programs.executable("kiosk"))) }
 
     func session(ownerGone: Bool = false) throws -> Session {
         var session = Session(owner: kiosk, options: try SessionParameters(parsing: [:], defaults: SessionDefaults()), nowUsec: 0)
@@ -55,8 +61,22 @@ import Testing
 
     @Test func anUnknownExecutableMatchesNoOwner() throws {
         let session = try session(ownerGone: true)
-        let unknownExe = BusCaller(uniqueName: ":1.20", identity: CallerIdentity(uid: 1000, executablePath: nil))
+        let unknownExe = BusCaller(uniqueName: ":1.20", identity: CallerIdentity(uid: 1000, executable: nil))
         #expect(session.role(of: unknownExe) == .other)
+    }
+
+    @Test func anotherFileShownAtTheOwnersPathCannotTakeOver() throws {
+        // A mount namespace of the caller's can put any program at the owner's path.
+        let session = try session(ownerGone: true)
+        let impostor = Executable(path: programs.path("kiosk"), file: programs.executable("other").file)
+        #expect(session.role(of: BusCaller(uniqueName: ":1.21", identity: CallerIdentity(uid: 1000, executable: impostor))) == .other)
+    }
+
+    @Test func theProgramNowAtTheOwnersPathTakesOver() throws {
+        // An upgrade replaced the owner's program: the new file is the owner's program.
+        let session = try session(ownerGone: true)
+        try FileManager.default.removeItem(atPath: programs.path("kiosk"))
+        #expect(session.role(of: kioskRestarted) == .successor)
     }
 
     @Test func configureAndEndTakeOverFromAGoneOwner() throws {
@@ -67,7 +87,7 @@ import Testing
 
     @Test func aConnectedOwnerCannotBeTakenOverBySameIdentity() throws {
         #expect(throws: GuidedAccessError.notAuthorized(
-            ":1.11 (uid 1000 running /usr/bin/kiosk) does not own the session of uid 1000 running /usr/bin/kiosk")) {
+            ":1.11 (uid 1000 running \(programs.path("kiosk"))) does not own the session of uid 1000 running \(programs.path("kiosk"))")) {
             try Session.decide(.configureForSession, session: session(), caller: kioskRestarted)
         }
     }

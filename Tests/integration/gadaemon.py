@@ -198,7 +198,7 @@ GNOME_SESSION_NAME = "org.gnome.SessionManager"
 class GAEnv:
     """A private session bus with real dconf and a private environment."""
 
-    def __init__(self, prefix="/tmp/ga-it-"):
+    def __init__(self, prefix="/tmp/ga-it-", max_replies_per_connection=50000):
         # Short path: a unix socket path must fit in 108 bytes. Reachable by
         # other users (for the setpriv tests): the root is 0755, the socket 0777.
         self.root = Path(tempfile.mkdtemp(prefix=prefix))
@@ -225,12 +225,13 @@ class GAEnv:
         }
         if "XDG_DATA_DIRS" in os.environ:
             self.env["XDG_DATA_DIRS"] = os.environ["XDG_DATA_DIRS"]
-        config = (
-            BUS_CONFIG_TEMPLATE.read_text()
-            .replace("@TYPE@", "session")
-            .replace("@SOCKET@", str(self.socket))
-            .replace("</busconfig>", '  <limit name="max_replies_per_connection">50000</limit>\n</busconfig>')
-        )
+        # session.conf's limit of pending replies per connection, unless told
+        # otherwise (None: dbus-daemon's built-in 128, the system bus's).
+        config = BUS_CONFIG_TEMPLATE.read_text().replace("@TYPE@", "session").replace("@SOCKET@", str(self.socket))
+        if max_replies_per_connection is not None:
+            config = config.replace(
+                "</busconfig>",
+                f'  <limit name="max_replies_per_connection">{max_replies_per_connection}</limit>\n</busconfig>')
         (self.root / "bus.conf").write_text(config)
         self.bus_log_path = self.root / "dbus-daemon.log"
         self._bus_log = open(self.bus_log_path, "wb")

@@ -144,3 +144,71 @@ def test_with_another_journal_stream_lines_stay_plain(ga_env):
     daemon.process_env["JOURNAL_STREAM"] = "1:2"
     daemon.start()
     assert any(" info guidedaccessd: [guidedaccessd] ready: " in line for line in daemon.log().splitlines())
+
+
+# A directory name with the control characters a caller could put in its
+# executable's path: a line break and journald's priority prefix, C1's NEL,
+# Unicode's line separator and an escape.
+FORGED = "evil\r\n<2>forged\u0085<3>c1\u2028<3>ls\x1b[31m"
+FORGED_ESCAPED = "evil\\r\\n<2>forged\\u0085<3>c1\\u2028<3>ls\\x1b[31m"
+
+
+def forged_busctl(ga_env):
+    """A copy of busctl whose path carries FORGED (busctl finds its library
+    by an absolute RUNPATH)."""
+    import shutil
+
+    directory = ga_env.root / FORGED
+    directory.mkdir()
+    path = directory / "busctl"
+    shutil.copy("/usr/bin/busctl", path)
+    return path
+
+
+def start_session_with(ga_env, busctl):
+    from gadaemon import IFACE, NAME, PATH
+
+    rc, out, err = ga_env.run([str(busctl), f"--address={ga_env.address}", "--", "call", NAME, PATH, IFACE,
+                               "StartSession", "a{sv}", "0"])
+    assert rc == 0, err
+
+
+def test_a_callers_control_characters_stay_inside_its_journal_stream_line(ga_env):
+    import os
+    import re
+
+    daemon = ga_env.daemon()
+    status = os.stat(daemon.log_path)
+    daemon.process_env["JOURNAL_STREAM"] = f"{status.st_dev}:{status.st_ino}"
+    daemon.process_env["GUIDEDACCESS_JOURNAL_SOCKET"] = str(ga_env.root / "no-journal.socket")
+    daemon.start()
+    start_session_with(ga_env, forged_busctl(ga_env))
+    # As journald splits the stream: at \n only; \r and the rest stay in the entry.
+    lines = [line for line in daemon.log_path.read_bytes().decode().split("\n") if line and
+             not line.startswith("=====")]
+    assert all(re.match(r"<[2-7]>guidedaccessd: \[[A-Za-z]+\] ", line) for line in lines), lines
+    assert not any(re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", line) for line in lines), lines
+    started = [line for line in lines if "[GuidedAccessService] session started by" in line]
+    assert len(started) == 1 and FORGED_ESCAPED in started[0] and started[0].startswith("<5>"), lines
+
+
+def test_a_callers_control_characters_stay_inside_its_stderr_line(ga_env):
+    import re
+
+    daemon = start_guidedaccessd(ga_env)
+    start_session_with(ga_env, forged_busctl(ga_env))
+    lines = [line for line in daemon.log_path.read_bytes().decode().split("\n") if line and
+             not line.startswith("=====")]
+    assert all(re.match(r"\d{4}-\d\d-\d\dT\S+ [a-z]+ guidedaccessd: ", line) for line in lines), lines
+    assert not any(re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", line) for line in lines), lines
+    assert any("session started by" in line and FORGED_ESCAPED in line for line in lines), lines
+
+
+def test_a_callers_control_characters_are_escaped_in_its_audit_record(ga_env):
+    journal = daemon_with_journal(ga_env)
+    busctl = forged_busctl(ga_env)
+    start_session_with(ga_env, busctl)
+    started = journal.until("sessionStarted")
+    assert started["GUIDEDACCESS_CALLER_EXE"] == str(busctl).replace(FORGED, FORGED_ESCAPED)
+    assert FORGED_ESCAPED in started["MESSAGE"], started["MESSAGE"]
+    assert started["PRIORITY"] == "5"

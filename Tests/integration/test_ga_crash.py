@@ -6,12 +6,16 @@ The long version: stress_kill.py (not collected by pytest)."""
 
 import os
 import random
+import shutil
+import signal
+import subprocess
+import threading
 import time
 
 import dbus
 
 from gadaemon import (
-    assert_keys,
+    GA_ERROR, assert_keys,
     A11Y_APPS, DESKTOP_IFACE, KEY_PATHS, MAGNIFIER, Recorder, busctl_options, expected_values, kill_loop, pump,
 )
 
@@ -83,29 +87,123 @@ def test_a_start_run_while_an_end_waits_for_the_bus_is_journaled_and_survives_ki
     assert_keys(ga_env.snapshot(), baseline)
 
 
-def test_an_end_that_cannot_be_journaled_removes_the_journal_so_no_restart_resumes_it(ga_env, gad):
-    # The journal cannot be rewritten (the slot it would write is a non-empty
-    # directory). EndSession restores the keys; the journal that still holds
-    # the session must not survive, or the next start would put its keys back.
-    ga_env.gsettings_set(MAGNIFIER, "mag-factor", "3.0")
-    baseline = ga_env.snapshot()
-    rec = Recorder(ga_env)  # the owner, connected throughout: no take-over, no owner-left write
-    rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
-    rec.settle()
-    state = ga_env.state_dir
+def block_journal_writes(state):
+    """The journal cannot be rewritten: each slot it could write is a
+    non-empty directory (the live journal's inode is left alone)."""
     current = os.stat(state / "journal.json").st_ino
+    blocked = []
     for slot in (state / ".journal.json.slot-a", state / ".journal.json.slot-b"):
         if not slot.exists() or slot.stat().st_ino != current:
             if slot.exists():
                 slot.unlink()
             (slot / "blocker").mkdir(parents=True)
+            blocked.append(slot)
+    return blocked
+
+
+def test_an_end_that_cannot_be_journaled_is_backend_failed_and_the_session_stays(ga_env, gad):
+    # The spec: an end that cannot be recorded is BackendFailed, the session
+    # stays and a retry is possible — not restored keys with a journal that
+    # brings the session back at the next start.
+    ga_env.gsettings_set(MAGNIFIER, "mag-factor", "3.0")
+    baseline = ga_env.snapshot()
+    rec = Recorder(ga_env)  # the owner, connected throughout: no take-over, no owner-left write
+    rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
+    rec.settle()
+    zoomed = ga_env.snapshot()
+    blocked = block_journal_writes(ga_env.state_dir)
+    name, message = rec.error("EndSession")
+    assert name == GA_ERROR + "BackendFailed", (name, message)
+    assert "cannot record the end of the session" in message
+    assert rec.prop("SessionActive") is True
+    assert_keys(ga_env.snapshot(), zoomed)
+    for slot in blocked:
+        shutil.rmtree(slot)
     rec.call("EndSession")
     assert_keys(ga_env.snapshot(), baseline)
-    assert not (state / "journal.json").exists()
-    assert "removing the journal" in gad.log()
     gad.restart_after_kill9()
     assert Recorder(ga_env).prop("SessionActive") is False
     assert_keys(ga_env.snapshot(), baseline)
+
+
+def test_an_end_on_a_read_only_state_directory_fails_and_no_restart_undoes_a_later_end(ga_env, gad):
+    # The issue's reproduction: the state directory a small tmpfs, remounted
+    # read-only while the session runs.
+    gad.kill9()
+    state = ga_env.state_dir
+    for leftover in state.iterdir():
+        leftover.unlink() if not leftover.is_dir() else shutil.rmtree(leftover)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(state)], check=True)
+    try:
+        gad.start()
+        rec = Recorder(ga_env)
+        rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom", "invert-colors"], signature="s")},))
+        rec.settle()
+        on = ga_env.snapshot()
+        subprocess.run(["mount", "-o", "remount,ro", str(state)], check=True)
+        name, message = rec.error("EndSession")
+        assert name == GA_ERROR + "BackendFailed", (name, message)
+        assert rec.prop("SessionActive") is True
+        assert_keys(ga_env.snapshot(), on)
+        # Repaired: the retry ends it, and a restart does not bring it back.
+        subprocess.run(["mount", "-o", "remount,rw", str(state)], check=True)
+        rec.call("EndSession")
+        assert_keys(ga_env.snapshot(), UNSET)
+        gad.restart_after_kill9()
+        assert Recorder(ga_env).prop("SessionActive") is False
+        assert_keys(ga_env.snapshot(), UNSET)
+    finally:
+        gad.kill9() if gad.alive() else None
+        subprocess.run(["umount", "-l", str(state)], check=False)
+
+
+def test_a_stalled_dconf_service_fails_the_write_in_seconds_serves_others_and_its_late_write_is_undone(ga_env, gad):
+    # dconf-service stopped (SIGSTOP) mid-session: ConfigureForSession is
+    # BackendFailed within a few seconds instead of libdbus's 25 s, another
+    # client's Properties.Get is answered meanwhile, and the write
+    # dconf-service makes once it runs again is undone by EndSession.
+    rec = Recorder(ga_env)
+    rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
+    rec.settle()
+    dconf_service = dconf_service_pid(ga_env)
+    os.kill(dconf_service, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        done = {}
+        caller = threading.Thread(target=lambda: done.update(error=rec.error(
+            "ConfigureForSession", "asb", (dbus.Array(["grayscale"], signature="s"), True))))
+        caller.start()
+        time.sleep(0.5)
+        other = Recorder(ga_env)
+        asked = time.monotonic()
+        assert other.prop("SessionActive") is True
+        get_seconds = time.monotonic() - asked
+        caller.join(timeout=20)
+        failed_after = time.monotonic() - started
+    finally:
+        os.kill(dconf_service, signal.SIGCONT)
+    assert get_seconds < 1.0, f"Properties.Get took {get_seconds:.2f} s while dconf-service was stopped"
+    name, message = done["error"]
+    assert name == GA_ERROR + "BackendFailed", (name, message)
+    assert failed_after < 10, f"BackendFailed after {failed_after:.1f} s"
+    assert rec.prop("EnabledFeatures") == ["zoom"]
+    # Once it runs again, dconf-service makes the write it had queued.
+    deadline = time.monotonic() + 5
+    while ga_env.dconf_read("/org/gnome/desktop/a11y/magnifier/color-saturation") is None:
+        assert time.monotonic() < deadline, "dconf-service never made the queued write"
+        time.sleep(0.05)
+    rec.call("EndSession")
+    assert_keys(ga_env.snapshot(), UNSET)
+
+
+def dconf_service_pid(env):
+    bus = dbus.bus.BusConnection(env.address)
+    try:
+        return int(bus.call_blocking(
+            "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+            "GetConnectionUnixProcessID", "s", ("ca.desrt.dconf",)))
+    finally:
+        bus.close()
 
 
 def test_time_limit_that_passed_while_down_ends_the_session_at_start_up(ga_env, gad):
@@ -243,3 +341,53 @@ def test_a_key_given_back_and_changed_by_the_user_stays_after_a_restart(ga_env, 
     assert _journaled_keys(ga_env) == ["screen-reader-enabled"]
     app.call("EndSession")
     assert ga_env.snapshot()["/org/gnome/desktop/a11y/magnifier/mag-factor"] == 5.0
+
+
+def test_a_fifo_in_place_of_the_journal_is_kept_aside_and_start_up_goes_on(ga_env, gad):
+    # open() of a FIFO waits for a writer: start-up must not.
+    gad.kill9()
+    path = ga_env.state_dir / "journal.json"
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    gad.start()
+    assert Recorder(ga_env).prop("SessionActive") is False
+    assert not path.exists()
+    assert list(ga_env.state_dir.glob("journal.corrupt-*"))
+    assert "not a regular file" in gad.log()
+
+
+def test_a_journal_with_values_no_caller_could_set_is_corrupt_not_resumed(ga_env, gad):
+    # Zoom factor -5: resumed before with zoom reported on and nothing applied.
+    import json
+    ok(ga_env.busctl_call("StartSession", *busctl_options(features=["zoom"])))
+    gad.kill9()
+    path, record = journal(ga_env)
+    record["session"]["zoomFactor"] = -5
+    path.write_text(json.dumps(record))
+    gad.start()
+    assert Recorder(ga_env).prop("SessionActive") is False
+    assert list(ga_env.state_dir.glob("journal.corrupt-*"))
+    assert "zoom factor -5.0 is outside" in gad.log()
+
+
+def test_a_session_whose_first_write_dconf_service_does_not_answer_does_not_start_and_changes_nothing(ga_env, gad):
+    ga_env.gsettings_set(MAGNIFIER, "mag-factor", "3.0")  # dconf-service runs
+    baseline = ga_env.snapshot()
+    dconf_service = dconf_service_pid(ga_env)
+    os.kill(dconf_service, signal.SIGSTOP)
+    try:
+        rec = Recorder(ga_env)
+        name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["grayscale"], signature="s")},))
+        assert name == GA_ERROR + "BackendFailed", (name, message)
+        assert rec.prop("SessionActive") is False
+    finally:
+        os.kill(dconf_service, signal.SIGCONT)
+    # dconf-service writes the queued change, then the restore sent after it.
+    deadline = time.monotonic() + 10
+    while ga_env.snapshot() != baseline:
+        assert time.monotonic() < deadline, f"keys left changed: {ga_env.snapshot()}"
+        time.sleep(0.1)
+    # The next customer's session starts, and its end leaves the kiosk as it was.
+    rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
+    rec.call("EndSession")
+    assert_keys(ga_env.snapshot(), baseline)

@@ -191,6 +191,54 @@ def test_unregister_with_an_unknown_identifier_removes_none(ga_env, gad, rec):
     assert len(listed(rec)) == 3
 
 
+def test_unregister_naming_an_identifier_twice_is_invalid_args_naming_it_and_removes_none(ga_env, gad, rec):
+    register(rec, SAMPLE)
+    name, message = rec.error("UnregisterRestrictions", "as",
+                              (["org.example.kiosk.print", "com.example.app.buy", "org.example.kiosk.print"],))
+    assert name == DBUS_ERROR + "InvalidArgs", message
+    assert "'org.example.kiosk.print'" in message, message
+    assert len(listed(rec)) == 3
+
+
+def test_unregister_with_100000_copies_of_one_identifier_is_invalid_args_before_decoding(ga_env, gad, rec):
+    register(rec, SAMPLE)
+    name, message = rec.error("UnregisterRestrictions", "as",
+                              (dbus.Array(["com.example.app.buy"] * 100000, signature="s"),))
+    assert name == DBUS_ERROR + "InvalidArgs", message
+    assert "'identifiers'" in message and "100000" in message and "256" in message, message
+    assert len(listed(rec)) == 3
+    assert alive(rec)
+
+
+def test_no_log_line_is_longer_than_a_few_kib(ga_env, gad, rec):
+    # The longest lists the API allows, logged: 256 identifiers of 255 bytes.
+    identifiers = [f"{i:03}." + "x" * 251 for i in range(256)]
+    register(rec, [(i, "T", "d" * 1000) for i in identifiers])
+    rec.call("UnregisterRestrictions", "as", (identifiers,))
+    lines = gad.log().splitlines()
+    assert max(len(line.encode()) for line in lines) <= 4096 + 200, max(lines, key=len)[:200]
+    assert any("unregistered restrictions" in line and "bytes cut]" in line for line in lines)
+
+
+def test_registering_what_is_registered_writes_no_journal(ga_env, gad, rec):
+    import os
+
+    journal = ga_env.state_dir / "journal.json"
+
+    def written():
+        status = os.stat(journal)
+        return status.st_ino, status.st_mtime_ns, status.st_ctime_ns
+
+    register(rec, SAMPLE)
+    before = written()
+    register(rec, SAMPLE)
+    register(rec, SAMPLE[:1])
+    assert written() == before, "the journal was written again for a batch that changed nothing"
+    register(rec, [("org.example.kiosk.print", "Printing", "Another detail")])
+    assert written() != before  # a change is journaled
+    assert listed(rec)[2] == ("org.example.kiosk.print", "Printing", "Another detail", "allow")
+
+
 def test_unregister_an_empty_list_is_invalid_args(ga_env, gad, rec):
     name, message = rec.error("UnregisterRestrictions", "as", (dbus.Array([], signature="s"),))
     assert name == DBUS_ERROR + "InvalidArgs", message
@@ -245,6 +293,15 @@ def test_a_batch_of_257_restrictions_is_limit_exceeded(ga_env, gad, rec):
                               (restrictions([(f"r.{i:03}", "T", "") for i in range(257)]),))
     assert name == GA_ERROR + "LimitExceeded", message
     assert listed(rec) == []
+
+
+def test_one_batch_of_10000_restrictions_is_limit_exceeded_and_the_service_stays_up(ga_env, gad, rec):
+    name, message = rec.error("RegisterRestrictions", "a(sss)",
+                              (restrictions([(f"r.{i:05}", "T", "") for i in range(10000)]),))
+    assert name == GA_ERROR + "LimitExceeded", message
+    assert "10000" in message and "256" in message, message
+    assert listed(rec) == []
+    assert alive(rec)
 
 
 def test_the_257th_restriction_is_limit_exceeded(ga_env, gad, rec):

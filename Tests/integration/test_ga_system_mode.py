@@ -254,3 +254,92 @@ def test_system_mode_without_a_graphical_session_falls_back_to_the_installed_des
     installed = os.access("/usr/bin/gnome-shell", os.X_OK)
     assert Recorder(ga_env).prop("Desktop") == ("gnome-shell" if installed else "none")
     assert ("gnome-shell is installed" if installed else "no graphical session on seat0") in daemon.log()
+
+
+# ---------------------------------------------------------------- polkit under a flood
+
+FLOODER = """
+import sys
+import dbus
+import dbus.bus
+
+bus = dbus.bus.BusConnection(sys.argv[1])
+name, path, interface = "org.guidedaccess.GuidedAccess1", "/org/guidedaccess/GuidedAccess1", "org.guidedaccess.GuidedAccess1"
+for _ in range(int(sys.argv[2])):
+    message = dbus.lowlevel.MethodCallMessage(name, path, interface, "StartSession")
+    message.append(dbus.Dictionary({}, signature="sv"), signature="a{sv}")
+    message.set_no_reply(True)
+    bus.send_message(message)
+# The service handles one connection's calls in order: once it answers this,
+# it has taken up every call above.
+bus.call_blocking(name, path, "org.freedesktop.DBus.Peer", "Ping", "", ())
+print("sent", flush=True)
+sys.stdin.readline()  # the connection stays until the test is done
+"""
+
+
+def flood(env, calls):
+    """nobody sends `calls` StartSession calls that want no reply on one
+    connection, which stays until the test ends."""
+    script = env.root / "flood.py"
+    script.write_text(FLOODER)
+    flooder = subprocess.Popen([*NOBODY, "/usr/bin/python3", str(script), env.address, str(calls)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env.env)
+    env._extra_processes.append(flooder)
+    assert flooder.stdout.readline().strip() == "sent"
+
+
+@pytest.fixture
+def system_bus_limits_env(request):
+    """ga_env with dbus-daemon's own limit of 128 pending replies per
+    connection (the system bus's), not session.conf's 50000."""
+    import gadaemon
+
+    env = gadaemon.GAEnv(max_replies_per_connection=None)
+    request.node._dbus_buses = [env]
+    yield env
+    env.stop()
+
+
+def polkit_checks_asked(env):
+    return (env.root / "mock-polkitd.log").read_text().count("CheckAuthorization")
+
+
+def test_a_flood_of_unanswered_polkit_checks_denies_the_flooder_at_once_not_an_operator(system_bus_limits_env):
+    env = system_bus_limits_env
+    polkit = start_mock(env, "polkitd")
+    # polkit never answers the flood's checks (as if each waited for a
+    # password) and grants end-session at once.
+    polkit.SimulateHangActions([START], dbus_interface="org.freedesktop.DBus.Mock")
+    polkit.SetAllowed([END], dbus_interface="org.freedesktop.DBus.Mock")
+    start_guidedaccessd(env, config=env.write_config("[Service]\nBackend=memory\n"), args=("--system",))
+    assert env.busctl_call("StartSession", "a{sv}", "0")[0] == 0  # root's session
+    flood(env, 300)
+    # An operator polkit admits (another user: daemon, uid 1) ends the session meanwhile.
+    code, _, err = env.busctl_call("EndSession", prefix=("setpriv", "--reuid=1", "--regid=1", "--clear-groups"))
+    assert code == 0, err
+    assert not session_active(env)
+    # The flood's user is told at once, and polkit was asked only a few times.
+    began = time.monotonic()
+    code, _, err = start_as_nobody(env)
+    assert code != 0 and "too many polkit checks in flight for uid 65534" in err, err
+    assert time.monotonic() - began < 2
+    assert polkit_checks_asked(env) == 5  # four of the flood's, and the operator's
+    polkit.ReleaseHangingCalls(dbus_interface="org.freedesktop.DBus.Mock")
+
+
+def test_a_check_polkit_has_not_answered_counts_after_its_caller_was_denied_for_the_wait(system_bus_limits_env):
+    # The bus counts it against the service until polkit answers.
+    env = system_bus_limits_env
+    polkit = start_mock(env, "polkitd")
+    polkit.SimulateHangActions([START], dbus_interface="org.freedesktop.DBus.Mock")
+    start_guidedaccessd(env, config=env.write_config("[Service]\nBackend=memory\n"), args=("--system",))
+    flood(env, 4)
+    time.sleep(5.5)  # past the service's 5 s wait for polkit
+    code, _, err = start_as_nobody(env)
+    assert code != 0 and "too many polkit checks in flight for uid 65534" in err, err
+    polkit.SimulateHangActions([], dbus_interface="org.freedesktop.DBus.Mock")
+    polkit.ReleaseHangingCalls(dbus_interface="org.freedesktop.DBus.Mock")
+    time.sleep(0.2)
+    code, _, err = start_as_nobody(env)
+    assert code != 0 and "polkit does not allow" in err, err
