@@ -59,6 +59,14 @@ enum Seeds {
             ("RegisterRestrictions-bad-identifier", try call("RegisterRestrictions", [[
                 RestrictionRegistration(identifier: "no spaces/allowed", text: "Bad"),
             ].dbusValue])),
+            // Past the bounds the dispatcher reads within (CallBounds).
+            ("ConfigureForSession-past-bounds", try call(
+                "ConfigureForSession", [(Feature.allCases.map(\.rawValue) + ["zoom"]).dbusValue, .bool(true)])),
+            ("RegisterRestrictions-past-bounds", try call("RegisterRestrictions", [[
+                RestrictionRegistration(
+                    identifier: payments, text: "Payments",
+                    detail: String(repeating: "d", count: RestrictionRegistration.maxDetailBytes + 1)),
+            ].dbusValue])),
             ("UnregisterRestrictions", try call("UnregisterRestrictions", [[payments].dbusValue])),
             ("SetRestrictionState-deny", try call("SetRestrictionState", [.string(payments), .string("deny")])),
             ("SetRestrictionState-bad-state", try call("SetRestrictionState", [.string(payments), .string("maybe")])),

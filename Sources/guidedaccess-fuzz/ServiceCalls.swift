@@ -5,16 +5,16 @@ import GuidedAccessWire
 
 /// A method call to the service as its dispatcher and handlers take it, up to
 /// the first thing that needs the service's state or the bus: the member
-/// looked up as `Connection.invoke` does, the signature checked
-/// (`Message.arguments(expecting:)`), each argument decoded by the Swift type
-/// the service declares, then the checks each handler makes before it
+/// looked up as `Connection.invoke` does, the signature checked and each
+/// argument read within its declared bounds (`Message.arguments(of:)`), then
+/// decoded by the Swift type the service declares, then the checks each handler makes before it
 /// identifies the caller; and the reply or error reply the dispatcher would
 /// build from that.
 ///
 /// The service's table (`GuidedAccessService.interface()`) cannot be built
 /// without a connection, so its arguments are declared again here, with the
-/// same types; a change there (a new method, an argument type, a bound on
-/// its decoding) is mirrored in `methods` below.
+/// same types and bounds; a change there (a new method, an argument type, a
+/// bound) is mirrored in `methods` below.
 enum ServiceCalls {
     /// One method: its declaration as `Method` (which gives the signature the
     /// dispatcher checks), and its arguments decoded and checked.
@@ -73,24 +73,24 @@ enum ServiceCalls {
     /// Sessions.swift and Restrictions.swift that come before the caller is
     /// identified.
     static let methods: [ServiceMethod] = [
-        ServiceMethod(.startSession, Argument("options", [String: Variant].self)) { options in
+        ServiceMethod(.startSession, Argument("options", [String: Variant].self, bounds: .sessionOptions)) { options in
             _ = try SessionParameters(
                 parsing: options.mapValues(GuidedAccessService.optionValue), defaults: SessionDefaults())
             return nil
         },
         ServiceMethod(.endSession) { nil },
-        ServiceMethod(.configureForSession, Argument("features", [String].self), Argument("enabled", Bool.self)) {
+        ServiceMethod(.configureForSession, Argument("features", [String].self, bounds: .features), Argument("enabled", Bool.self)) {
             names, _ in
             guard !names.isEmpty else { throw GuidedAccessError.invalidArgs("the list of features is empty") }
             _ = try Feature.parse(names)
             return nil
         },
-        ServiceMethod(.registerRestrictions, Argument("restrictions", [RestrictionRegistration].self)) { batch in
+        ServiceMethod(.registerRestrictions, Argument("restrictions", [RestrictionRegistration].self, bounds: .restrictionBatch)) { batch in
             var scratch = registry
             try scratch.register(batch)
             return nil
         },
-        ServiceMethod(.unregisterRestrictions, Argument("identifiers", [String].self)) { identifiers in
+        ServiceMethod(.unregisterRestrictions, Argument("identifiers", [String].self, bounds: .restrictionIdentifiers)) { identifiers in
             guard !identifiers.isEmpty else { throw GuidedAccessError.invalidArgs("the list of identifiers is empty") }
             var scratch = registry
             try scratch.unregister(identifiers)
@@ -135,7 +135,7 @@ enum ServiceCalls {
         if interfaceName == nil || interfaceName == GuidedAccessBus.interface,
             let method = methods.first(where: { $0.declaration.name == member })
         {
-            let arguments = try call.arguments(expecting: method.declaration.inputSignature)
+            let arguments = try call.arguments(of: method.declaration)
             return try method.check(arguments)
         }
         switch (interfaceName ?? "", member) {
@@ -151,6 +151,8 @@ enum ServiceCalls {
             }
             return nil
         case ("org.freedesktop.DBus.Properties", "Set"), ("", "Set"):
+            // The dispatcher reads the names only; the value too, here, so
+            // that reading variants is fuzzed as well.
             let args = try call.arguments(expecting: "ssv")
             let name = try property(args[0], args[1])
             // Every property of the service is read-only.
