@@ -7,9 +7,9 @@ import GuidedAccessWire
 /// the first thing that needs the service's state or the bus: the member
 /// looked up as `Connection.invoke` does, the signature checked and each
 /// argument read within its declared bounds (`Message.arguments(of:)`), then
-/// decoded by the Swift type the service declares, then the checks each handler makes before it
-/// identifies the caller; and the reply or error reply the dispatcher would
-/// build from that.
+/// decoded by the Swift type the service declares, then the checks each
+/// handler makes before it identifies the caller; and the reply or error
+/// reply the dispatcher would build from that.
 ///
 /// The service's table (`GuidedAccessService.interface()`) cannot be built
 /// without a connection, so its arguments are declared again here, with the
