@@ -210,7 +210,7 @@ public actor GuidedAccessService {
             methods: [
                 Method(
                     GuidedAccessMethod.startSession.rawValue,
-                    Argument("options", [String: Variant].self, bounds: .sessionOptions)
+                    MethodArguments.options
                 ) { [self] call, options in
                     try await audited(call) { try await self.startSession(call, options) }
                 },
@@ -219,31 +219,30 @@ public actor GuidedAccessService {
                 },
                 Method(
                     GuidedAccessMethod.configureForSession.rawValue,
-                    Argument("features", [String].self, bounds: .features), Argument("enabled", Bool.self)
+                    MethodArguments.features, MethodArguments.enabled
                 ) { [self] call, features, enabled in
                     try await audited(call) { try await self.configureForSession(call, features, enabled) }
                 },
                 Method(
                     GuidedAccessMethod.registerRestrictions.rawValue,
-                    Argument("restrictions", [RestrictionRegistration].self, bounds: .restrictionBatch)
+                    MethodArguments.restrictions
                 ) { [self] call, batch in
                     try await audited(call) { try await self.registerRestrictions(call, batch) }
                 },
                 Method(
                     GuidedAccessMethod.unregisterRestrictions.rawValue,
-                    Argument("identifiers", [String].self, bounds: .restrictionIdentifiers)
+                    MethodArguments.identifiers
                 ) { [self] call, identifiers in
                     try await audited(call) { try await self.unregisterRestrictions(call, identifiers) }
                 },
                 Method(
-                    GuidedAccessMethod.setRestrictionState.rawValue, Argument("identifier", String.self),
-                    Argument("state", RestrictionState.self)
+                    GuidedAccessMethod.setRestrictionState.rawValue, MethodArguments.identifier, MethodArguments.state
                 ) { [self] call, identifier, state in
                     try await audited(call) { try await self.setRestrictionState(call, identifier, state) }
                 },
                 Method(
-                    GuidedAccessMethod.getRestrictionState.rawValue, Argument("identifier", String.self),
-                    returns: Argument("state", RestrictionState.self)
+                    GuidedAccessMethod.getRestrictionState.rawValue, MethodArguments.identifier,
+                    returns: MethodArguments.state
                 ) { [self] _, identifier in
                     try await restrictionState(identifier)
                 },

@@ -17,7 +17,6 @@ extension GuidedAccessService {
     }
 
     func unregisterRestrictions(_ call: MethodCall, _ identifiers: [String]) async throws {
-        guard !identifiers.isEmpty else { throw GuidedAccessError.invalidArgs("the list of identifiers is empty") }
         var scratch = store.registry
         try scratch.unregister(identifiers)
         try await admitClient(call)

@@ -8,7 +8,7 @@ extension GuidedAccessService {
     // MARK: Handlers
 
     func startSession(_ call: MethodCall, _ raw: [String: Variant]) async throws {
-        let parameters = try SessionParameters(parsing: raw.mapValues(Self.optionValue), defaults: settings.defaults)
+        let parameters = try Self.sessionParameters(raw, defaults: settings.defaults)
         try requireSupported(parameters.features)
         let method = SessionMethod.startSession(hasOptions: !raw.isEmpty)
 
@@ -73,8 +73,7 @@ extension GuidedAccessService {
     }
 
     func configureForSession(_ call: MethodCall, _ names: [String], _ enabled: Bool) async throws {
-        guard !names.isEmpty else { throw GuidedAccessError.invalidArgs("the list of features is empty") }
-        let requested = try Feature.parse(names)
+        let requested = try Self.requestedFeatures(names)
         if enabled { try requireSupported(requested) }
 
         let caller = try await identify(call)
@@ -367,10 +366,22 @@ extension GuidedAccessService {
         if let ending { await ended(ending, reason: reason) }
     }
 
-    /// A StartSession option as `SessionParameters` checks it. Public for
-    /// the fuzzer (Sources/guidedaccess-fuzz), which runs the handler's
-    /// checks without a service.
-    public static func optionValue(_ variant: Variant) -> OptionValue {
+    // MARK: The checks before the caller is identified (also the fuzz target's)
+
+    /// StartSession's options as `SessionParameters` checks them.
+    public static func sessionParameters(
+        _ raw: [String: Variant], defaults: SessionDefaults
+    ) throws(GuidedAccessError) -> SessionParameters {
+        try SessionParameters(parsing: raw.mapValues(optionValue), defaults: defaults)
+    }
+
+    /// ConfigureForSession's features: not none, each known, none twice.
+    public static func requestedFeatures(_ names: [String]) throws(GuidedAccessError) -> Set<Feature> {
+        guard !names.isEmpty else { throw .invalidArgs("the list of features is empty") }
+        return try Feature.parse(names)
+    }
+
+    private static func optionValue(_ variant: Variant) -> OptionValue {
         switch variant.value {
         case .uint64(let v): return .uint64(v)
         case .double(let v): return .double(v)

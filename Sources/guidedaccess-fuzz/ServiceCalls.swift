@@ -12,9 +12,8 @@ import GuidedAccessWire
 /// reply the dispatcher would build from that.
 ///
 /// The service's table (`GuidedAccessService.interface()`) cannot be built
-/// without a connection, so its arguments are declared again here, with the
-/// same types and bounds; a change there (a new method, an argument type, a
-/// bound) is mirrored in `methods` below.
+/// without a connection; its arguments (`MethodArguments`) and first checks
+/// are the service's own, and a new method is added to `methods` below.
 enum ServiceCalls {
     /// One method: its declaration as `Method` (which gives the signature the
     /// dispatcher checks), and its arguments decoded and checked.
@@ -73,38 +72,32 @@ enum ServiceCalls {
     /// Sessions.swift and Restrictions.swift that come before the caller is
     /// identified.
     static let methods: [ServiceMethod] = [
-        ServiceMethod(.startSession, Argument("options", [String: Variant].self, bounds: .sessionOptions)) { options in
-            _ = try SessionParameters(
-                parsing: options.mapValues(GuidedAccessService.optionValue), defaults: SessionDefaults())
+        ServiceMethod(.startSession, MethodArguments.options) { options in
+            _ = try GuidedAccessService.sessionParameters(options, defaults: SessionDefaults())
             return nil
         },
         ServiceMethod(.endSession) { nil },
-        ServiceMethod(.configureForSession, Argument("features", [String].self, bounds: .features), Argument("enabled", Bool.self)) {
-            names, _ in
-            guard !names.isEmpty else { throw GuidedAccessError.invalidArgs("the list of features is empty") }
-            _ = try Feature.parse(names)
+        ServiceMethod(.configureForSession, MethodArguments.features, MethodArguments.enabled) { names, _ in
+            _ = try GuidedAccessService.requestedFeatures(names)
             return nil
         },
-        ServiceMethod(.registerRestrictions, Argument("restrictions", [RestrictionRegistration].self, bounds: .restrictionBatch)) { batch in
+        ServiceMethod(.registerRestrictions, MethodArguments.restrictions) { batch in
             var scratch = registry
             try scratch.register(batch)
             return nil
         },
-        ServiceMethod(.unregisterRestrictions, Argument("identifiers", [String].self, bounds: .restrictionIdentifiers)) { identifiers in
-            guard !identifiers.isEmpty else { throw GuidedAccessError.invalidArgs("the list of identifiers is empty") }
+        ServiceMethod(.unregisterRestrictions, MethodArguments.identifiers) { identifiers in
             var scratch = registry
             try scratch.unregister(identifiers)
             return nil
         },
-        ServiceMethod(
-            .setRestrictionState, Argument("identifier", String.self), Argument("state", RestrictionState.self)
-        ) { identifier, state in
+        ServiceMethod(.setRestrictionState, MethodArguments.identifier, MethodArguments.state) { identifier, state in
             _ = try registry.state(of: identifier)
             var scratch = registry
             try scratch.setState(state, of: identifier)
             return nil
         },
-        ServiceMethod(.getRestrictionState, Argument("identifier", String.self)) { identifier in
+        ServiceMethod(.getRestrictionState, MethodArguments.identifier) { identifier in
             [try registry.state(of: identifier).dbusValue]
         },
         ServiceMethod(.listRestrictions) { [registry.restrictions.dbusValue] },
