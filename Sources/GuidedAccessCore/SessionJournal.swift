@@ -9,10 +9,14 @@ import Synchronization
 public struct JournalState: Hashable, Sendable {
     public var session: Session?
     public var restrictions: [Restriction]
+    /// Keys a session that did not start may have changed, with their values
+    /// from before it (`SessionStore.owed`).
+    public var owed: [SettingKey: StoredValue]
 
-    public init(session: Session?, restrictions: [Restriction]) {
+    public init(session: Session?, restrictions: [Restriction], owed: [SettingKey: StoredValue] = [:]) {
         self.session = session
         self.restrictions = restrictions
+        self.owed = owed
     }
 }
 
@@ -211,6 +215,7 @@ struct JournalRecord {
     var version: Int
     var session: SessionRecord?
     var restrictions: [RestrictionRecord]
+    var owed: [SnapshotEntry]
 
     init(_ state: JournalState) {
         version = SessionJournal.version
@@ -219,20 +224,44 @@ struct JournalRecord {
                 owner: s.owner, ownerUID: s.ownerIdentity.uid, ownerExecutable: s.ownerIdentity.executablePath,
                 features: s.features.sortedWireNames, zoomFactor: s.zoomFactor, textScale: s.textScale,
                 inhibitSleep: s.inhibitSleep, deadlineUsec: s.deadlineUsec,
-                snapshot: s.snapshot.sorted { $0.key < $1.key }.map { key, stored in
-                    var entry = SnapshotEntry(schema: key.schema, key: key.key, unset: stored == .unset)
-                    switch stored.settingValue {
-                    case .bool(let b): entry.bool = b
-                    case .double(let d): entry.double = d
-                    case .string(let s): entry.string = s
-                    case nil: break
-                    }
-                    return entry
-                }, programs: s.programs, ending: s.isEnding)
+                snapshot: Self.entries(s.snapshot), programs: s.programs, ending: s.isEnding)
         }
         restrictions = state.restrictions.sorted { $0.identifier < $1.identifier }.map {
             RestrictionRecord(identifier: $0.identifier, text: $0.text, detail: $0.detail, state: $0.state.rawValue)
         }
+        owed = Self.entries(state.owed)
+    }
+
+    static func entries(_ snapshot: [SettingKey: StoredValue]) -> [SnapshotEntry] {
+        snapshot.sorted { $0.key < $1.key }.map { key, stored in
+            var entry = SnapshotEntry(schema: key.schema, key: key.key, unset: stored == .unset)
+            switch stored.settingValue {
+            case .bool(let b): entry.bool = b
+            case .double(let d): entry.double = d
+            case .string(let s): entry.string = s
+            case nil: break
+            }
+            return entry
+        }
+    }
+
+    /// Values before the session, of keys the service writes, each once.
+    static func snapshot(_ entries: [SnapshotEntry]) throws(Invalid) -> [SettingKey: StoredValue] {
+        let mapped = Set(FeatureKeyMap.allRequirements.map(\.key))
+        var snapshot: [SettingKey: StoredValue] = [:]
+        for entry in entries {
+            let key = SettingKey(schema: entry.schema, key: entry.key)
+            guard mapped.contains(key) else { throw Invalid(reason: "the snapshot names a key the service never writes") }
+            guard snapshot[key] == nil else { throw Invalid(reason: "the snapshot lists \(key) twice") }
+            let values = [entry.bool.map(SettingValue.bool), entry.double.map(SettingValue.double),
+                          entry.string.map(SettingValue.string)].compactMap { $0 }
+            switch (entry.unset, values.count) {
+            case (true, 0): snapshot[key] = .unset
+            case (false, 1): snapshot[key] = .set(values[0])
+            default: throw Invalid(reason: "snapshot of \(key) is neither unset nor one value")
+            }
+        }
+        return snapshot
     }
 
     /// The state, checked as a caller's arguments are: a journal that
@@ -254,20 +283,7 @@ struct JournalRecord {
             if let path = s.ownerExecutable, !path.hasPrefix("/") || path.utf8.count > 4096 {
                 throw Invalid(reason: "the owner's executable is not an absolute path")
             }
-            let mapped = Set(FeatureKeyMap.allRequirements.map(\.key))
-            var snapshot: [SettingKey: StoredValue] = [:]
-            for entry in s.snapshot {
-                let key = SettingKey(schema: entry.schema, key: entry.key)
-                guard mapped.contains(key) else { throw Invalid(reason: "the snapshot names a key the service never writes") }
-                guard snapshot[key] == nil else { throw Invalid(reason: "the snapshot lists \(key) twice") }
-                let values = [entry.bool.map(SettingValue.bool), entry.double.map(SettingValue.double),
-                              entry.string.map(SettingValue.string)].compactMap { $0 }
-                switch (entry.unset, values.count) {
-                case (true, 0): snapshot[key] = .unset
-                case (false, 1): snapshot[key] = .set(values[0])
-                default: throw Invalid(reason: "snapshot of \(key) is neither unset nor one value")
-                }
-            }
+            let snapshot = try Self.snapshot(s.snapshot)
             return Session(
                 owner: s.owner, ownerIdentity: OwnerIdentity(uid: s.ownerUID, executablePath: s.ownerExecutable),
                 features: features, zoomFactor: s.zoomFactor, textScale: s.textScale, inhibitSleep: s.inhibitSleep,
@@ -290,7 +306,7 @@ struct JournalRecord {
             }
             return Restriction(identifier: r.identifier, text: r.text, detail: r.detail, state: state)
         }
-        return JournalState(session: session, restrictions: restrictions)
+        return JournalState(session: session, restrictions: restrictions, owed: try Self.snapshot(owed))
     }
 
     /// `:` and dot-separated elements of `[A-Za-z0-9_-]`, at most 255 bytes.
@@ -317,10 +333,10 @@ extension JournalRecord.SnapshotEntry {
 
 extension JournalRecord {
     func json() -> JSON {
-        var members: [(String, JSON)] = [
-            ("restrictions", .array(restrictions.map { $0.json() })),
-        ]
-        members.reserveCapacity(3)
+        var members: [(String, JSON)] = []
+        members.reserveCapacity(4)
+        if !owed.isEmpty { members.append(("owed", .array(owed.map { $0.json() }))) }
+        members.append(("restrictions", .array(restrictions.map { $0.json() })))
         if let session { members.append(("session", session.json())) }
         members.append(("version", .number(String(version))))
         return .object(members)
@@ -330,6 +346,7 @@ extension JournalRecord {
         guard case .object = json else { throw Invalid(reason: "the journal is not a JSON object") }
         version = try json.integer("version")
         restrictions = try json.array("restrictions").map { item throws(Invalid) in try RestrictionRecord(json: item) }
+        owed = json["owed"] == nil ? [] : try json.array("owed").map { item throws(Invalid) in try SnapshotEntry(json: item) }
         if let session = json["session"], session != .null {
             self.session = try SessionRecord(json: session)
         } else {

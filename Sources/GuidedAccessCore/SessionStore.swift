@@ -75,22 +75,32 @@ public final class SessionStore {
             throw error
         case .unknown(let error, let attempted):
             owed = attempted.snapshot
-            try? record(nil)
-            _ = await settleOwed()
+            do {
+                try record(nil)
+            } catch let journalError {
+                // The journal still holds the session as begun: a restart
+                // would resume it.
+                throw .backendFailed("\(error.message); nor can the journal record what it may have changed: \(journalError.message)")
+            }
             throw error
         }
     }
 
     /// Keys a session that did not start may have changed (its write's
-    /// outcome is unknown), with their values from before it: journaled (as
-    /// an ending session, which a restart ends), put back by `settleOwed`,
-    /// or by the end of the next session, whose snapshot takes them.
+    /// outcome is unknown), with their values from before it: journaled, put
+    /// back by `settleOwed` (and at the next start), or by the end of the
+    /// next session, whose snapshot takes them.
     public private(set) var owed: [SettingKey: StoredValue] = [:]
 
     /// Puts the owed keys back; true once none are owed.
     nonisolated(nonsending) public func settleOwed() async -> Bool {
         precondition(turns.isTaken, "a settings write outside `exclusively`")
-        guard !owed.isEmpty, session == nil else { return owed.isEmpty }
+        guard session == nil else { return owed.isEmpty }
+        return await restoreOwed()
+    }
+
+    nonisolated(nonsending) private func restoreOwed() async -> Bool {
+        guard !owed.isEmpty else { return true }
         do {
             try await backend.apply(try backend.check(owed.mapValues(\.settingValue)))
         } catch {
@@ -113,7 +123,9 @@ public final class SessionStore {
         let turnedOff = before.subtracting(features)
         for feature in turnedOff { new.programs[feature] = nil }
         switch await transact(keyMap.change(from: before, to: features, options: new.keyMapOptions), to: new) {
-        case .written(let changed):
+        case .written(var changed):
+            // A program noted for one of them while the write was out.
+            for feature in turnedOff { changed.programs[feature] = nil }
             session = changed
             return turnedOff
         case .failed(let error), .unknown(let error, _):
@@ -210,7 +222,7 @@ public final class SessionStore {
     public func commit(_ updated: RestrictionRegistry) throws(GuidedAccessError) -> Bool {
         guard updated != registry else { return false }
         do {
-            try journal.record(JournalState(session: ahead ?? session ?? owedSession, restrictions: updated.restrictions))
+            try journal.record(JournalState(session: ahead ?? session, restrictions: updated.restrictions, owed: owed))
         } catch {
             throw .backendFailed("cannot record the restrictions: \(error)")
         }
@@ -227,18 +239,9 @@ public final class SessionStore {
         try record(session)
     }
 
-    /// The owed keys as the journal keeps them: a session without owner or
-    /// features whose end is under way.
-    private var owedSession: Session? {
-        guard !owed.isEmpty else { return nil }
-        return Session(
-            owner: nil, ownerIdentity: OwnerIdentity(uid: 0, executablePath: nil), features: [], zoomFactor: 1,
-            textScale: 1, inhibitSleep: false, deadlineUsec: 0, snapshot: owed, isEnding: true)
-    }
-
     private func record(_ new: Session?) throws(GuidedAccessError) {
         do {
-            try journal.record(JournalState(session: new ?? owedSession, restrictions: registry.restrictions))
+            try journal.record(JournalState(session: new, restrictions: registry.restrictions, owed: owed))
         } catch {
             throw .backendFailed("cannot record the session: \(error)")
         }
@@ -333,6 +336,8 @@ public final class SessionStore {
         public var journalProblem: String?
         /// No session: what the backend stopped imposing, or why it could not.
         public var released: Result<[SettingKey], SettingsBackendError>?
+        /// Owed keys (`owed`) could not be put back yet.
+        public var owedProblem = false
     }
 
     /// Takes up `state` (the journal as loaded; nil for none) after a start:
@@ -344,6 +349,7 @@ public final class SessionStore {
         _ state: JournalState?, ownerConnected: (String) -> Bool, nowUsec: UInt64
     ) async -> Recovery {
         registry = RestrictionRegistry(restrictions: state?.restrictions ?? [])
+        owed = state?.owed ?? [:]
         var unreadable: [(SettingKey, String)] = []
         var current: [SettingKey: SettingValue?] = [:]
         for key in (state?.session?.snapshot.keys).map(Array.init) ?? [] {
@@ -358,6 +364,7 @@ public final class SessionStore {
             ownerConnected: state?.session?.owner.map(ownerConnected) ?? false, nowUsec: nowUsec)
         var recovery = Recovery(plan: plan, unreadable: unreadable.sorted { $0.0 < $1.0 })
         guard var recovered = plan.session else {
+            if !owed.isEmpty, await !restoreOwed() { recovery.owedProblem = true }
             do {
                 recovery.released = .success(try backend.startedWithoutSession())
             } catch {
@@ -365,6 +372,10 @@ public final class SessionStore {
             }
             return recovery
         }
+        // A crash while a session took the owed keys over: they are its.
+        let tookOwed = !owed.isEmpty
+        recovered.snapshot.merge(owed) { kept, _ in kept }
+        owed = [:]
         var forget = plan.givenBack
         if !plan.changes.isEmpty {
             do {
@@ -380,7 +391,7 @@ public final class SessionStore {
         recovery.plan = plan
         session = recovered
         generation &+= 1
-        if plan.ownerDropped || !forget.isEmpty {
+        if plan.ownerDropped || !forget.isEmpty || tookOwed {
             do {
                 try record(recovered)
             } catch {

@@ -277,7 +277,10 @@ extension GuidedAccessService {
                 stopPrograms(of: Set(programs.keys))
                 return try await store.end()
             }
-            for identifier in ending?.allowedAgain ?? [] { await emitRestrictionChanged(identifier, .allow) }
+            guard let ending else { return }
+            for identifier in ending.allowedAgain { await emitRestrictionChanged(identifier, .allow) }
+            // Calls meanwhile may have announced the session.
+            await announce()
         } catch {
             logger.error("cannot undo the session whose program failed: \(error); it stays for EndSession")
         }

@@ -154,6 +154,10 @@ public actor GuidedAccessService {
         for (key, problem) in recovery.unreadable {
             logger.error("cannot read \(key) to check it against the journal: \(problem)")
         }
+        if recovery.owedProblem {
+            logger.error("cannot put back yet the keys a session that did not start may have changed; retrying")
+            settleOwedSoon()
+        }
         guard let recovered = recovery.plan.session else {
             switch recovery.released {
             case .success(let released) where !released.isEmpty:

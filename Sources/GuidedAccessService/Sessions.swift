@@ -80,18 +80,29 @@ extension GuidedAccessService {
         let generation = store.generation
         try await admit(settings.policy.admission(for: .configureForSession, session: session, caller: caller), caller, call)
 
-        let (decision, before, features) = try await store.exclusively {
-            () async throws -> (SessionDecision, Set<Feature>, Set<Feature>) in
-            try requireSameSession(generation, orNone: true)
-            let decision = try Session.decide(.configureForSession, session: session, caller: caller)
-            if decision == .takeOver { try takeOver(by: caller) }
-            let before = session!.features
-            let features = enabled ? before.union(requested) : before.subtracting(requested)
-            if features != before {
-                stopPrograms(of: try await store.setFeatures(features))
-                journalSoonIfBehind()
+        var takenOver = false
+        let (decision, before, features): (SessionDecision, Set<Feature>, Set<Feature>)
+        do {
+            (decision, before, features) = try await store.exclusively {
+                () async throws -> (SessionDecision, Set<Feature>, Set<Feature>) in
+                try requireSameSession(generation, orNone: true)
+                let decision = try Session.decide(.configureForSession, session: session, caller: caller)
+                if decision == .takeOver {
+                    try takeOver(by: caller)
+                    takenOver = true
+                }
+                let before = session!.features
+                let features = enabled ? before.union(requested) : before.subtracting(requested)
+                if features != before {
+                    stopPrograms(of: try await store.setFeatures(features))
+                    journalSoonIfBehind()
+                }
+                return (decision, before, features)
             }
-            return (decision, before, features)
+        } catch {
+            // The new owner is followed and announced all the same.
+            if takenOver { await tookOver(by: caller) }
+            throw error
         }
         if decision == .takeOver { await tookOver(by: caller) }
         guard features != before else {
@@ -143,25 +154,33 @@ extension GuidedAccessService {
             operatorAsked = admission != .admitted
         }
 
-        let (ending, reason) = try await store.exclusively {
-            () async throws -> (SessionStore.Ending, SessionChangeReason) in
-            try requireSameSession(generation, orNone: true)
-            var reason = SessionChangeReason.ended
-            switch try Session.decide(.endSession, session: session, caller: caller) {
-            case .needsOperator:
-                // The session changed hands while this call waited, and the
-                // caller was not asked about as an operator for that.
-                guard operatorAsked || settings.policy.isOperator(caller.identity) else {
-                    throw GuidedAccessError.notAuthorized(
-                        "\(caller.uniqueName) (\(caller.identity.ownerIdentity)) does not own the session of \(session!.ownerIdentity)")
+        var takenOver = false
+        let (ending, reason): (SessionStore.Ending, SessionChangeReason)
+        do {
+            (ending, reason) = try await store.exclusively {
+                () async throws -> (SessionStore.Ending, SessionChangeReason) in
+                try requireSameSession(generation, orNone: true)
+                var reason = SessionChangeReason.ended
+                switch try Session.decide(.endSession, session: session, caller: caller) {
+                case .needsOperator:
+                    // The session changed hands while this call waited, and the
+                    // caller was not asked about as an operator for that.
+                    guard operatorAsked || settings.policy.isOperator(caller.identity) else {
+                        throw GuidedAccessError.notAuthorized(
+                            "\(caller.uniqueName) (\(caller.identity.ownerIdentity)) does not own the session of \(session!.ownerIdentity)")
+                    }
+                    reason = .endedByOperator
+                case .takeOver:
+                    try takeOver(by: caller)
+                    takenOver = true
+                case .asOwner, .start:
+                    break
                 }
-                reason = .endedByOperator
-            case .takeOver:
-                try takeOver(by: caller)
-            case .asOwner, .start:
-                break
+                return (try await store.end(), reason)
             }
-            return (try await store.end(), reason)
+        } catch {
+            if takenOver { await tookOver(by: caller) }
+            throw error
         }
         await ended(ending, reason: reason, by: caller)
     }

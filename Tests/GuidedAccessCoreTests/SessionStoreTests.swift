@@ -179,44 +179,55 @@ import Testing
         #expect(backend.values.isEmpty)
     }
 
-    @Test func aSessionWhoseFirstWriteHasAnUnknownOutcomeIsPutBackAtOnce() async throws {
-        let backend = MemorySettingsBackend(values: [.magFactor: .double(4.0)])
-        let store = store(backend)
-        backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
-        await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.zoom])) }
-        #expect(store.session == nil)
-        #expect(backend.values == [.magFactor: .double(4.0)])
-        #expect(try journal.load()?.session == nil)
-    }
-
     @Test func keysOwedByASessionThatDidNotStartAreJournaledAndPutBackLater() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend)
-        // Neither the write nor its immediate restore is answered in time.
         backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
-        backend.failNextApply(with: Self.unanswered)
         await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.grayscale])) }
         #expect(store.session == nil)
         #expect(store.owed.count == 4 && store.owed.values.allSatisfy { $0 == .unset })
         #expect(backend.values[.colorSaturation] == .double(0.0))
-        // A restart would end what the journal holds.
-        let journaled = try journal.load()?.session
-        #expect(journaled?.isEnding == true && journaled?.snapshot == store.owed)
+        #expect(try journal.load() == JournalState(session: nil, restrictions: [], owed: store.owed))
         #expect(try await store.exclusively { await store.settleOwed() })
         #expect(backend.values.isEmpty && store.owed.isEmpty)
-        #expect(try journal.load()?.session == nil)
+        #expect(try journal.load()?.owed.isEmpty == true)
     }
 
     @Test func theNextSessionTakesOverTheOwedKeysAndItsEndRestoresThem() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend)
         backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
-        backend.failNextApply(with: Self.unanswered)
         await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.grayscale])) }
         try await begin(store, Self.session([.zoom]))
         #expect(store.owed.isEmpty)
         #expect(store.session?.snapshot[.colorSaturation] == .unset)
         _ = try await end(store)
+        #expect(backend.values.isEmpty)
+    }
+
+    @Test func aRestartPutsBackEveryOwedKeyWhateverItsValue() async throws {
+        // text-scaling-factor at 1.5 is no value a session of no features
+        // would write: owed, it is put back all the same.
+        let backend = MemorySettingsBackend(values: [.textScalingFactor: .double(1.5)])
+        let state = JournalState(session: nil, restrictions: [], owed: [.textScalingFactor: .unset])
+        try journal.record(state)
+        let store = store(backend)
+        let recovery = await store.recover(try #require(try journal.load()), ownerConnected: { _ in false }, nowUsec: 1)
+        #expect(!recovery.owedProblem)
+        #expect(backend.values.isEmpty && store.owed.isEmpty && store.session == nil)
+        #expect(try journal.load()?.owed.isEmpty == true)
+    }
+
+    @Test func owedKeysARestartCannotPutBackStayOwed() async throws {
+        let backend = MemorySettingsBackend(values: [.textScalingFactor: .double(1.5)])
+        let store = store(backend)
+        backend.failNextApply()
+        let recovery = await store.recover(
+            JournalState(session: nil, restrictions: [], owed: [.textScalingFactor: .unset]), ownerConnected: { _ in false },
+            nowUsec: 1)
+        #expect(recovery.owedProblem)
+        #expect(store.owed == [.textScalingFactor: .unset])
+        #expect(try await store.exclusively { await store.settleOwed() })
         #expect(backend.values.isEmpty)
     }
 
@@ -308,6 +319,20 @@ import Testing
         try await write.value
         #expect(store.session?.owner == nil)
         #expect(store.session?.features == [.zoom, .grayscale])
+    }
+
+    @MainActor @Test func aProgramNotedWhileItsFeatureIsTurnedOffLeavesNoRecord() async throws {
+        let backend = HeldBackend()
+        let store = SessionStore(journal: journal, backend: backend, keyMap: FeatureKeyMap())
+        try await store.exclusively { try await store.begin(Self.session([.screenReader, .zoom])) }
+        backend.holdNext = true
+        let write = Task { @MainActor in try await store.exclusively { try await store.setFeatures([.zoom]) } }
+        await backend.release {
+            // Its program started (or restarted) while the turn-off was written.
+            store.note { $0.programs[.screenReader] = .unit(SessionProgramKind.screenReader.unitName(pid: 42, run: 1)) }
+        }
+        #expect(try await write.value == [.screenReader])
+        #expect(store.session?.programs.isEmpty == true)
     }
 
     @MainActor @Test func writesTakeTurnsInTheOrderTheyCame() async throws {

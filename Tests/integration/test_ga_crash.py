@@ -391,3 +391,58 @@ def test_a_session_whose_first_write_dconf_service_does_not_answer_does_not_star
     rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
     rec.call("EndSession")
     assert_keys(ga_env.snapshot(), baseline)
+
+
+def test_a_successor_whose_take_over_write_fails_is_still_followed_as_the_owner(ga_env, gad):
+    # The owner left; its successor's ConfigureForSession takes the session
+    # over, then dconf-service does not answer: BackendFailed, but the
+    # successor owns the session now, announced and followed (its leaving
+    # makes the session take-over-able again).
+    owner = Recorder(ga_env)
+    owner.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
+    owner.connection.close()
+    successor = Recorder(ga_env)
+    deadline = time.monotonic() + 5
+    while successor.prop("SessionOwner") != "":
+        assert time.monotonic() < deadline, "the owner's leaving was never announced"
+        time.sleep(0.05)
+    dconf_service = dconf_service_pid(ga_env)
+    os.kill(dconf_service, signal.SIGSTOP)
+    try:
+        name, message = successor.error("ConfigureForSession", "asb", (dbus.Array(["grayscale"], signature="s"), True))
+    finally:
+        os.kill(dconf_service, signal.SIGCONT)
+    assert name == GA_ERROR + "BackendFailed", (name, message)
+    assert successor.prop("SessionOwner") == successor.unique_name
+    successor.connection.close()
+    deadline = time.monotonic() + 5
+    while Recorder(ga_env).prop("SessionOwner") != "":
+        assert time.monotonic() < deadline, "the successor is not followed: its leaving was never noticed"
+        time.sleep(0.05)
+    rec = Recorder(ga_env)
+    rec.call("EndSession")
+    assert_keys(ga_env.snapshot(), UNSET)
+
+
+def test_keys_a_session_that_did_not_start_may_have_changed_are_put_back_after_a_kill_9(ga_env, gad):
+    # text-scaling-factor at 1.5 is no value a session without features
+    # would write: the restart puts it back because the journal owes it, not
+    # because it guesses.
+    ga_env.gsettings_set(MAGNIFIER, "mag-factor", "3.0")  # dconf-service runs
+    baseline = ga_env.snapshot()
+    dconf_service = dconf_service_pid(ga_env)
+    os.kill(dconf_service, signal.SIGSTOP)
+    try:
+        name, message = Recorder(ga_env).error(
+            "StartSession", "a{sv}", ({"features": dbus.Array(["large-text"], signature="s")},))
+        assert name == GA_ERROR + "BackendFailed", (name, message)
+        gad.kill9()  # before its first retry to put the keys back
+    finally:
+        os.kill(dconf_service, signal.SIGCONT)
+    deadline = time.monotonic() + 5
+    while ga_env.snapshot() == baseline:
+        assert time.monotonic() < deadline, "dconf-service never made the queued write"
+        time.sleep(0.05)
+    gad.start()
+    assert Recorder(ga_env).prop("SessionActive") is False
+    assert_keys(ga_env.snapshot(), baseline)
