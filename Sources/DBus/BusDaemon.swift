@@ -116,8 +116,14 @@ public enum ProcessInfo {
     /// The executable's path (`/proc/PID/exe`), or nil when the process is
     /// gone or not ours to inspect.
     public static func executable(of pid: UInt32, procRoot: String = "/proc") -> String? {
+        link("\(procRoot)/\(pid)/exe")
+    }
+
+    /// Where a symbolic link points; `path` relative to the open directory
+    /// `directory` (an absolute path ignores it).
+    public static func link(_ path: String, relativeTo directory: Int32 = AT_FDCWD) -> String? {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let count = readlink("\(procRoot)/\(pid)/exe", &buffer, buffer.count - 1)
+        let count = readlinkat(directory, path, &buffer, buffer.count - 1)
         guard count > 0 else { return nil }
         return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
@@ -155,15 +161,19 @@ public enum ProcessInfo {
         return nil
     }
 
-    static func readSmallFile(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+    /// A /proc file's text (at most 1 MiB); `path` relative to the open
+    /// directory `directory` (an absolute path ignores it).
+    public static func readSmallFile(_ path: String, relativeTo directory: Int32 = AT_FDCWD) -> String? {
+        let fd = openat(directory, path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
         while bytes.count < 1 << 20 {
             let n = read(fd, &chunk, chunk.count)
-            if n <= 0 { break }
+            if n < 0, errno == EINTR { continue }
+            if n < 0 { return nil }
+            if n == 0 { break }
             bytes += chunk[0..<n]
         }
         return String(decoding: bytes, as: UTF8.self)

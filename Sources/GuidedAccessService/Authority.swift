@@ -67,17 +67,16 @@ public final class PolkitAuthority: Authority {
         if let full = inFlight.withLock({ $0.begin(uid) }) {
             throw .notAuthorized("\(busName) may not perform \(action): \(full); try again once polkit has answered them")
         }
-        let check = Task(executorPreference: connection.loop) { [self] in
-            defer { inFlight.withLock { $0.end(uid) } }
-            return await checkAuthorization(action: action, busName: busName, interactive: interactive)
-        }
         let answer = FirstOutcome<Result<[DBusValue], DBusError>?>()
         let loop = connection.loop
+        Task(executorPreference: loop) { [self] in
+            defer { inFlight.withLock { $0.end(uid) } }
+            answer.resolve(await checkAuthorization(action: action, busName: busName, interactive: interactive))
+        }
         let limit = interactive ? interactiveTimeout : timeout
         let timer = Task(executorPreference: loop) {
             if (try? await loop.sleep(for: limit)) != nil { answer.resolve(nil) }
         }
-        Task(executorPreference: loop) { answer.resolve(await check.value) }
         let outcome = await answer.value
         timer.cancel()
         guard let outcome else {

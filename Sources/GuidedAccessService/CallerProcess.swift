@@ -27,14 +27,17 @@ struct CallerProcess: Hashable {
 
     /// Read through `/proc/PID`, open as `directory`.
     init?(pid: UInt32, procDirectory directory: Int32) {
-        guard let stat = Self.read("stat", in: directory), let start = Self.startTicks(fromStat: stat),
-            let status = Self.read("status", in: directory), let uid = Self.effectiveUID(fromStatus: status)
+        guard let stat = ProcessInfo.readSmallFile("stat", relativeTo: directory),
+            let start = Self.startTicks(fromStat: stat),
+            let status = ProcessInfo.readSmallFile("status", relativeTo: directory),
+            let uid = Self.effectiveUID(fromStatus: status)
         else { return nil }
         self.pid = pid
         startTicks = start
         effectiveUID = uid
         executable = Self.executable(in: directory)
-        systemdUnit = Self.read("cgroup", in: directory).flatMap(ProcessInfo.systemdUnit(fromCgroupFile:))
+        systemdUnit = ProcessInfo.readSmallFile("cgroup", relativeTo: directory)
+            .flatMap(ProcessInfo.systemdUnit(fromCgroupFile:))
     }
 
     /// Whether it started before `time` (CLOCK_BOOTTIME, which /proc's start
@@ -61,29 +64,9 @@ struct CallerProcess: Hashable {
     /// The file `exe` links to, and the path the process's namespace shows it at.
     private static func executable(in directory: Int32) -> Executable? {
         var status = stat()
-        guard fstatat(directory, "exe", &status, 0) == 0 else { return nil }
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let count = readlinkat(directory, "exe", &buffer, buffer.count - 1)
-        guard count > 0 else { return nil }
-        return Executable(
-            path: String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self),
-            file: FileIdentity(device: UInt64(status.st_dev), inode: UInt64(status.st_ino)))
-    }
-
-    private static func read(_ name: String, in directory: Int32) -> String? {
-        let fd = openat(directory, name, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while bytes.count < 1 << 20 {
-            let n = Glibc.read(fd, &chunk, chunk.count)
-            if n < 0, errno == EINTR { continue }
-            if n < 0 { return nil }
-            if n == 0 { break }
-            bytes += chunk[0..<n]
-        }
-        return String(decoding: bytes, as: UTF8.self)
+        guard fstatat(directory, "exe", &status, 0) == 0, let path = ProcessInfo.link("exe", relativeTo: directory)
+        else { return nil }
+        return Executable(path: path, file: FileIdentity(device: UInt64(status.st_dev), inode: UInt64(status.st_ino)))
     }
 }
 

@@ -31,29 +31,8 @@ import Testing
             ])
     }
 
-    struct Peers {
-        let bus: PrivateBus
-        let server: Connection
-        let client: Connection
-        let log = Log()
-
-        init() async throws {
-            bus = try PrivateBus()
-            server = try await Connection.connect(to: .address(bus.address))
-            client = try await Connection.connect(to: .address(bus.address))
-            try await server.export([ArgumentBoundsOnAPrivateBus.interface(log)], at: ArgumentBoundsOnAPrivateBus.path)
-        }
-
-        func call(_ member: String, _ arguments: [DBusValue]) async throws(DBusError) {
-            _ = try await client.call(
-                destination: server.uniqueName, path: ArgumentBoundsOnAPrivateBus.path,
-                interface: ArgumentBoundsOnAPrivateBus.name, member: member, arguments)
-        }
-
-        func close() async {
-            await client.close()
-            await server.close()
-        }
+    static func peers() async throws -> LoggedPeers {
+        try await LoggedPeers(serving: interface, name: name, at: path)
     }
 
     static func names(_ count: Int, _ name: String = "x") -> DBusValue {
@@ -61,7 +40,7 @@ import Testing
     }
 
     @Test func argumentsWithinTheirBoundsReachTheHandler() async throws {
-        let peers = try await Peers()
+        let peers = try await Self.peers()
         try await peers.call("Names", [Self.names(3, "fives")])
         try await peers.call("Batch", [[Labelled("a", "one"), Labelled("b", "two")].dbusValue])
         try await peers.call("Options", [["a": Variant(["x", "y"]), "b": Variant(UInt32(1))].dbusValue])
@@ -73,7 +52,7 @@ import Testing
     }
 
     @Test func moreElementsThanTheBoundIsInvalidArgsNamingTheArgumentTheCountAndTheBound() async throws {
-        let peers = try await Peers()
+        let peers = try await Self.peers()
         await #expect(throws: DBusError.invalidArgs("Names argument 'names': 100000 elements, more than the 3 allowed")) {
             try await peers.call("Names", [Self.names(100_000)])
         }
@@ -85,7 +64,7 @@ import Testing
     }
 
     @Test func aBoundMayAnswerWithTheErrorItsAPINames() async throws {
-        let peers = try await Peers()
+        let peers = try await Self.peers()
         let items = [Labelled("a", "1"), Labelled("b", "2"), Labelled("c", "3")].dbusValue
         let tooMany = DBusError(
             name: "org.example.Error.TooMany", message: "Batch argument 'items': 3 elements, more than the 2 allowed")
@@ -96,7 +75,7 @@ import Testing
     }
 
     @Test func aLongerStringIsInvalidArgsBeforeItIsCopied() async throws {
-        let peers = try await Peers()
+        let peers = try await Self.peers()
         await #expect(throws: DBusError.invalidArgs("Names argument 'names': a string of 6 bytes, more than the 5 allowed")) {
             try await peers.call("Names", [["ok", "sixsix"].dbusValue])
         }
@@ -105,7 +84,7 @@ import Testing
     }
 
     @Test func valuesNestedInVariantsCountAgainstTheArgument() async throws {
-        let peers = try await Peers()
+        let peers = try await Self.peers()
         // The dictionary, a key, its variant, the list and 7 names: 11 values.
         await #expect(throws: DBusError.invalidArgs("Options argument 'options': more than the 10 values allowed")) {
             try await peers.call("Options", [["a": Variant(Array(repeating: "x", count: 7))].dbusValue])
@@ -116,7 +95,7 @@ import Testing
     }
 
     @Test func anArgumentDeclaredWithoutBoundsTakesWhatTheBusCarries() async throws {
-        let peers = try await Peers()
+        let peers = try await Self.peers()
         try await peers.call("Unbounded", [Self.names(100_000)])
         #expect(await peers.log.entries == ["Unbounded 100000"])
         await peers.close()

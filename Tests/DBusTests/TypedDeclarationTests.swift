@@ -56,6 +56,46 @@ actor Log {
     func setLabels(_ new: [Labelled]) { labels = new }
 }
 
+/// A server exporting an interface whose handlers write to `log`, and a
+/// client, on a bus of their own: the fixture of the suites that test
+/// declarations on a real bus.
+struct LoggedPeers {
+    let bus: PrivateBus
+    let server: Connection
+    let client: Connection
+    let log = Log()
+    let name: String
+    let path: ObjectPath
+
+    init(serving interface: (Log) -> Interface, name: String, at path: ObjectPath) async throws {
+        self.name = name
+        self.path = path
+        bus = try PrivateBus()
+        server = try await Connection.connect(to: .address(bus.address))
+        client = try await Connection.connect(to: .address(bus.address))
+        try await server.export([interface(log)], at: path)
+    }
+
+    @discardableResult
+    func call(_ member: String, _ arguments: [DBusValue] = []) async throws(DBusError) -> [DBusValue] {
+        try await client.call(destination: server.uniqueName, path: path, interface: name, member: member, arguments)
+    }
+
+    func callError(_ member: String, _ arguments: [DBusValue]) async -> DBusError? {
+        do {
+            try await call(member, arguments)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    func close() async {
+        await client.close()
+        await server.close()
+    }
+}
+
 @Suite(.serialized) struct TypedDeclarations {
     static let name = "org.example.Typed1"
     static let path: ObjectPath = "/org/example/Typed"
@@ -145,45 +185,14 @@ actor Log {
         }
     }
 
-    /// A server with the interface and a client, on a bus of their own.
-    struct Peers {
-        let bus: PrivateBus
-        let server: Connection
-        let client: Connection
-        let log = Log()
-
-        init() async throws {
-            bus = try PrivateBus()
-            server = try await Connection.connect(to: .address(bus.address))
-            client = try await Connection.connect(to: .address(bus.address))
-            try await server.export([TypedDeclarations.interface(log)], at: TypedDeclarations.path)
-        }
-
-        func call(_ member: String, _ arguments: [DBusValue] = []) async throws(DBusError) -> [DBusValue] {
-            try await client.call(
-                destination: server.uniqueName, path: TypedDeclarations.path, interface: TypedDeclarations.name,
-                member: member, arguments)
-        }
-
-        func callError(_ member: String, _ arguments: [DBusValue]) async -> DBusError? {
-            do {
-                _ = try await call(member, arguments)
-                return nil
-            } catch {
-                return error
-            }
-        }
-
-        func close() async {
-            await client.close()
-            await server.close()
-        }
+    static func peers() async throws -> LoggedPeers {
+        try await LoggedPeers(serving: interface, name: name, at: path)
     }
 
     static let items: DBusValue = [Labelled("a", "one"), Labelled("b", "two"), Labelled("c", "three")].dbusValue
 
     @Test func handlersReceiveTheDecodedValuesAndReturnTheirOutput() async throws {
-        let peers = try await Peers()
+        let peers = try await Self.peers()
         #expect(try await peers.call("Zero") == [])
         #expect(try await peers.call("ZeroOut") == [.string("zero")])
         #expect(try await peers.call("One", [.string("green")]) == [])
@@ -202,7 +211,7 @@ actor Log {
     }
 
     @Test func contentThatDoesNotDecodeIsInvalidArgsNamingTheProblem() async throws {
-        let peers = try await Peers()
+        let peers = try await Self.peers()
         let unlabelled: DBusValue = [Labelled("a", "one"), Labelled("b", "")].dbusValue
         // The signature is right ('a(ss)su'); an element's content is not.
         let error = await peers.callError("ThreeOut", [unlabelled, .string("red"), .uint32(1)])
@@ -221,7 +230,7 @@ actor Log {
     }
 
     @Test func aCallOfAnotherSignatureIsInvalidArgsBeforeDecoding() async throws {
-        let peers = try await Peers()
+        let peers = try await Self.peers()
         let error = await peers.callError("OneOut", [.string("21")])
         #expect(error?.name == "org.freedesktop.DBus.Error.InvalidArgs")
         #expect(error?.message.contains("'u'") == true)
@@ -230,7 +239,7 @@ actor Log {
     }
 
     @Test func typedPropertiesReadAndWriteTheirValues() async throws {
-        let peers = try await Peers()
+        let peers = try await Self.peers()
         let properties = "org.freedesktop.DBus.Properties"
         func get() async throws -> [DBusValue] {
             try await peers.client.call(
@@ -256,7 +265,7 @@ actor Log {
     }
 
     @Test func theReplyLeavesBeforeWorkTheHandlerQueued() async throws {
-        let peers = try await Peers()
+        let peers = try await Self.peers()
         #expect(try await peers.call("Quit") == [])
         await peers.server.waitUntilDisconnected()
         await peers.client.close()

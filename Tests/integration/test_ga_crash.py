@@ -4,6 +4,7 @@ random points of a start/configure/end loop never leaves a key wrong.
 Contract: ../shared/spec/dbus-api.md (Restarts and failures).
 The long version: stress_kill.py (not collected by pytest)."""
 
+import contextlib
 import os
 import random
 import shutil
@@ -165,9 +166,7 @@ def test_a_stalled_dconf_service_fails_the_write_in_seconds_serves_others_and_it
     rec = Recorder(ga_env)
     rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
     rec.settle()
-    dconf_service = dconf_service_pid(ga_env)
-    os.kill(dconf_service, signal.SIGSTOP)
-    try:
+    with dconf_service_stopped(ga_env):
         started = time.monotonic()
         done = {}
         caller = threading.Thread(target=lambda: done.update(error=rec.error(
@@ -180,30 +179,33 @@ def test_a_stalled_dconf_service_fails_the_write_in_seconds_serves_others_and_it
         get_seconds = time.monotonic() - asked
         caller.join(timeout=20)
         failed_after = time.monotonic() - started
-    finally:
-        os.kill(dconf_service, signal.SIGCONT)
     assert get_seconds < 1.0, f"Properties.Get took {get_seconds:.2f} s while dconf-service was stopped"
     name, message = done["error"]
     assert name == GA_ERROR + "BackendFailed", (name, message)
     assert failed_after < 10, f"BackendFailed after {failed_after:.1f} s"
     assert rec.prop("EnabledFeatures") == ["zoom"]
     # Once it runs again, dconf-service makes the write it had queued.
-    deadline = time.monotonic() + 5
-    while ga_env.dconf_read("/org/gnome/desktop/a11y/magnifier/color-saturation") is None:
-        assert time.monotonic() < deadline, "dconf-service never made the queued write"
-        time.sleep(0.05)
+    assert pump(lambda: ga_env.dconf_read("/org/gnome/desktop/a11y/magnifier/color-saturation") is not None, 5), \
+        "dconf-service never made the queued write"
     rec.call("EndSession")
     assert_keys(ga_env.snapshot(), UNSET)
 
 
-def dconf_service_pid(env):
+@contextlib.contextmanager
+def dconf_service_stopped(env):
+    """dconf-service stopped (SIGSTOP) for the block, then running again."""
     bus = dbus.bus.BusConnection(env.address)
     try:
-        return int(bus.call_blocking(
+        pid = int(bus.call_blocking(
             "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
             "GetConnectionUnixProcessID", "s", ("ca.desrt.dconf",)))
     finally:
         bus.close()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def test_time_limit_that_passed_while_down_ends_the_session_at_start_up(ga_env, gad):
@@ -373,20 +375,13 @@ def test_a_journal_with_values_no_caller_could_set_is_corrupt_not_resumed(ga_env
 def test_a_session_whose_first_write_dconf_service_does_not_answer_does_not_start_and_changes_nothing(ga_env, gad):
     ga_env.gsettings_set(MAGNIFIER, "mag-factor", "3.0")  # dconf-service runs
     baseline = ga_env.snapshot()
-    dconf_service = dconf_service_pid(ga_env)
-    os.kill(dconf_service, signal.SIGSTOP)
-    try:
+    with dconf_service_stopped(ga_env):
         rec = Recorder(ga_env)
         name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["grayscale"], signature="s")},))
         assert name == GA_ERROR + "BackendFailed", (name, message)
         assert rec.prop("SessionActive") is False
-    finally:
-        os.kill(dconf_service, signal.SIGCONT)
     # dconf-service writes the queued change, then the restore sent after it.
-    deadline = time.monotonic() + 10
-    while ga_env.snapshot() != baseline:
-        assert time.monotonic() < deadline, f"keys left changed: {ga_env.snapshot()}"
-        time.sleep(0.1)
+    assert pump(lambda: ga_env.snapshot() == baseline, 10), f"keys left changed: {ga_env.snapshot()}"
     # The next customer's session starts, and its end leaves the kiosk as it was.
     rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
     rec.call("EndSession")
@@ -402,23 +397,14 @@ def test_a_successor_whose_take_over_write_fails_is_still_followed_as_the_owner(
     owner.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
     owner.connection.close()
     successor = Recorder(ga_env)
-    deadline = time.monotonic() + 5
-    while successor.prop("SessionOwner") != "":
-        assert time.monotonic() < deadline, "the owner's leaving was never announced"
-        time.sleep(0.05)
-    dconf_service = dconf_service_pid(ga_env)
-    os.kill(dconf_service, signal.SIGSTOP)
-    try:
+    assert pump(lambda: successor.prop("SessionOwner") == "", 5), "the owner's leaving was never announced"
+    with dconf_service_stopped(ga_env):
         name, message = successor.error("ConfigureForSession", "asb", (dbus.Array(["grayscale"], signature="s"), True))
-    finally:
-        os.kill(dconf_service, signal.SIGCONT)
     assert name == GA_ERROR + "BackendFailed", (name, message)
     assert successor.prop("SessionOwner") == successor.unique_name
     successor.connection.close()
-    deadline = time.monotonic() + 5
-    while Recorder(ga_env).prop("SessionOwner") != "":
-        assert time.monotonic() < deadline, "the successor is not followed: its leaving was never noticed"
-        time.sleep(0.05)
+    assert pump(lambda: Recorder(ga_env).prop("SessionOwner") == "", 5), \
+        "the successor is not followed: its leaving was never noticed"
     rec = Recorder(ga_env)
     rec.call("EndSession")
     assert_keys(ga_env.snapshot(), UNSET)
@@ -430,19 +416,12 @@ def test_keys_a_session_that_did_not_start_may_have_changed_are_put_back_after_a
     # because it guesses.
     ga_env.gsettings_set(MAGNIFIER, "mag-factor", "3.0")  # dconf-service runs
     baseline = ga_env.snapshot()
-    dconf_service = dconf_service_pid(ga_env)
-    os.kill(dconf_service, signal.SIGSTOP)
-    try:
+    with dconf_service_stopped(ga_env):
         name, message = Recorder(ga_env).error(
             "StartSession", "a{sv}", ({"features": dbus.Array(["large-text"], signature="s")},))
         assert name == GA_ERROR + "BackendFailed", (name, message)
         gad.kill9()  # before its first retry to put the keys back
-    finally:
-        os.kill(dconf_service, signal.SIGCONT)
-    deadline = time.monotonic() + 5
-    while ga_env.snapshot() == baseline:
-        assert time.monotonic() < deadline, "dconf-service never made the queued write"
-        time.sleep(0.05)
+    assert pump(lambda: ga_env.snapshot() != baseline, 5), "dconf-service never made the queued write"
     gad.start()
     assert Recorder(ga_env).prop("SessionActive") is False
     assert_keys(ga_env.snapshot(), baseline)
