@@ -31,7 +31,13 @@ import Testing
     /// Waits until the child has exec'd `program` (`setpriv` execs it in place).
     func settled(_ child: Child, running program: String) throws -> CallerProcess {
         for _ in 0..<200 {
-            if let process = CallerProcess(pid: child.pid), process.executable?.isFile(at: program) == true { return process }
+            // Read again once it runs the program: the first reading may
+            // have read `status` before the exec and `exe` after it.
+            if CallerProcess(pid: child.pid)?.executable?.isFile(at: program) == true,
+                let process = CallerProcess(pid: child.pid)
+            {
+                return process
+            }
             usleep(10_000)
         }
         throw CancellationError()
