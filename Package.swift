@@ -77,11 +77,20 @@ let package = Package(
                 "DBus", "GuidedAccessCore", "CProcess", "CLinux", .product(name: "Logging", package: "swift-log"),
             ]),
 
+        // The session's features inside the kiosk browser's pages, through
+        // Chromium's DevTools protocol: a WebSocket client of its own on
+        // the service's loop (README: "Browser layer").
+        .target(
+            name: "BrowserLayer",
+            dependencies: [
+                "DBus", "CLinux", "GuidedAccessAPI", "GuidedAccessCore", .product(name: "Logging", package: "swift-log"),
+            ]),
+
         // The org.guidedaccess.GuidedAccess1 service on the DBus layer.
         .target(
             name: "GuidedAccessService",
             dependencies: [
-                "DBus", "GuidedAccessAPI", "GuidedAccessWire", "GuidedAccessCore", "KioskSession", "CProcess",
+                "DBus", "GuidedAccessAPI", "GuidedAccessWire", "GuidedAccessCore", "KioskSession", "BrowserLayer", "CProcess",
                 .product(name: "Logging", package: "swift-log"),
             ]),
         .executableTarget(

@@ -113,7 +113,8 @@ extension Desktop {
         case .gnomeShell:
             var byKeys = Set(Feature.allCases)
             if !sessionStartsScreenReader { byKeys.remove(.screenReader) }
-            return FeatureRealisation(byKeys: byKeys, byProgram: sessionStartsScreenReader ? [] : [.screenReader])
+            return FeatureRealisation(
+                byKeys: byKeys, byProgram: sessionStartsScreenReader ? [] : [.screenReader], wholeScreen: true)
         case .sway, .labwc, .wayfire:
             // GTK apps on Wayland read these keys live through dconf; the
             // compositor has no magnifier or colour filter, but layer-shell
@@ -139,10 +140,15 @@ public struct FeatureRealisation: Hashable, Sendable {
     /// service runs a program in the session (`SessionProgramKind`): Orca,
     /// an on-screen keyboard. Their keys are written too.
     public var byProgram: Set<Feature>
+    /// Whether what `byKeys` realises covers the whole screen (the shell
+    /// draws it), not only the desktop's own apps (GTK apps reading the
+    /// keys under sway): then a browser layer leaves those features to it.
+    public var wholeScreen: Bool
 
-    public init(byKeys: Set<Feature>, byProgram: Set<Feature>) {
+    public init(byKeys: Set<Feature>, byProgram: Set<Feature>, wholeScreen: Bool = false) {
         self.byKeys = byKeys
         self.byProgram = byProgram
+        self.wholeScreen = wholeScreen
     }
 }
 

@@ -1,10 +1,11 @@
-/// A small JSON reader and writer for the journal.
+/// A small JSON reader and writer for the journal and the browser layer's
+/// DevTools messages (`package`: for the BrowserLayer module).
 ///
 /// Why not Foundation's JSONEncoder: linking FoundationEssentials into the
 /// daemon costs about 3.5 MB of resident memory (a static test binary: 5.3 MB
 /// without, 8.8 MB with), a third of the idle budget. Numbers keep their
 /// text, so a UInt64 deadline or a Double round-trips exactly.
-enum JSON: Equatable {
+package enum JSON: Equatable, Sendable {
     case null
     case bool(Bool)
     /// The number as written; converted by the reader of the field.
@@ -13,7 +14,7 @@ enum JSON: Equatable {
     case array([JSON])
     case object([(String, JSON)])
 
-    static func == (a: JSON, b: JSON) -> Bool {
+    package static func == (a: JSON, b: JSON) -> Bool {
         switch (a, b) {
         case (.null, .null): return true
         case (.bool(let x), .bool(let y)): return x == y
@@ -26,10 +27,10 @@ enum JSON: Equatable {
         }
     }
 
-    struct ParseError: Error, CustomStringConvertible {
-        let offset: Int
-        let reason: String
-        var description: String { "invalid JSON at byte \(offset): \(reason)" }
+    package struct ParseError: Error, CustomStringConvertible {
+        package let offset: Int
+        package let reason: String
+        package var description: String { "invalid JSON at byte \(offset): \(reason)" }
     }
 
     // MARK: Writing
@@ -51,7 +52,16 @@ enum JSON: Equatable {
         return out
     }
 
-    private func write(into out: inout [UInt8], indent: Int) {
+    /// On one line, no spaces: a DevTools message.
+    package func compactBytes() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        write(into: &out, indent: nil)
+        return out
+    }
+
+    /// `indent` nil: compact.
+    private func write(into out: inout [UInt8], indent: Int?) {
         switch self {
         case .null: JSON.append("null", to: &out)
         case .bool(let b): JSON.append(b ? "true" : "false", to: &out)
@@ -60,6 +70,15 @@ enum JSON: Equatable {
         case .array(let items):
             guard !items.isEmpty else {
                 JSON.append("[]", to: &out)
+                return
+            }
+            guard let indent else {
+                out.append(UInt8(ascii: "["))
+                for (i, item) in items.enumerated() {
+                    if i > 0 { out.append(UInt8(ascii: ",")) }
+                    item.write(into: &out, indent: nil)
+                }
+                out.append(UInt8(ascii: "]"))
                 return
             }
             JSON.append("[\n", to: &out)
@@ -73,6 +92,17 @@ enum JSON: Equatable {
         case .object(let members):
             guard !members.isEmpty else {
                 JSON.append("{}", to: &out)
+                return
+            }
+            guard let indent else {
+                out.append(UInt8(ascii: "{"))
+                for (i, (key, value)) in members.enumerated() {
+                    if i > 0 { out.append(UInt8(ascii: ",")) }
+                    JSON.quote(key, into: &out)
+                    out.append(UInt8(ascii: ":"))
+                    value.write(into: &out, indent: nil)
+                }
+                out.append(UInt8(ascii: "}"))
                 return
             }
             JSON.append("{\n", to: &out)
@@ -152,7 +182,7 @@ enum JSON: Equatable {
 
     // MARK: Reading
 
-    static func parse(_ bytes: [UInt8]) throws(ParseError) -> JSON {
+    package static func parse(_ bytes: [UInt8]) throws(ParseError) -> JSON {
         var parser = Parser(bytes: bytes)
         parser.skipSpace()
         let value = try parser.value(depth: 0)
@@ -316,7 +346,7 @@ enum JSON: Equatable {
 
     // MARK: Access
 
-    subscript(key: String) -> JSON? {
+    package subscript(key: String) -> JSON? {
         guard case .object(let members) = self else { return nil }
         return members.first { $0.0 == key }?.1
     }

@@ -72,6 +72,9 @@ public struct ServiceConfiguration: Hashable, Sendable {
     public var operators: OperatorLists?
     public var session: SessionDefaults
     public var dconf: Dconf
+    /// `[Browser] DevToolsEndpoint=`: the kiosk browser the browser layer
+    /// acts in; nil (empty, the default) = no browser layer.
+    public var devToolsEndpoint: DevToolsEndpoint?
 
     /// The configuration with no file: the mode's defaults.
     public init(defaultsFor mode: ServiceMode) {
@@ -81,6 +84,7 @@ public struct ServiceConfiguration: Hashable, Sendable {
         operators = nil
         session = SessionDefaults()
         dconf = Dconf()
+        devToolsEndpoint = nil
     }
 
     /// Applies one keyfile entry. A group seen with no keys still counts as
@@ -129,6 +133,15 @@ public struct ServiceConfiguration: Hashable, Sendable {
             }
             dconf.databaseName = name
         case ("Dconf", "LockOutsideSession"): dconf.lockOutsideSession = try entry.bool()
+        case ("Browser", "DevToolsEndpoint"):
+            guard !entry.trimmed.isEmpty else {
+                devToolsEndpoint = nil
+                break
+            }
+            switch DevToolsEndpoint.parse(entry.trimmed) {
+            case .success(let endpoint): devToolsEndpoint = endpoint
+            case .failure(let problem): throw entry.error(problem.description)
+            }
         default:
             throw entry.error("unknown key")
         }
@@ -137,7 +150,7 @@ public struct ServiceConfiguration: Hashable, Sendable {
     /// Notes a group header; an unknown group is an error.
     public mutating func applyGroup(_ group: String, file: String) throws(ConfigurationError) {
         switch group {
-        case "Service", "Session", "Dconf": break
+        case "Service", "Session", "Dconf", "Browser": break
         case "Clients": if clients == nil { clients = ClientLists() }
         case "Operators": if operators == nil { operators = OperatorLists() }
         default:

@@ -168,6 +168,8 @@ extension GuidedAccessService {
     /// Why the person at the kiosk would not get `feature` here, or nil.
     private func undelivered(_ feature: Feature, _ installation: ProgramInstallation) -> String? {
         let realisation = self.realisation
+        let byBrowser = browserFeatures.contains(feature)
+        if byBrowser, browserConnected { return nil }
         let kind = SessionProgramKind(feature)
         if realisation.byKeys.contains(feature) {
             // The session starts the screen reader; it needs something to speak with all the same.
@@ -176,7 +178,8 @@ extension GuidedAccessService {
                 .map { "\(feature): \($0)" }
         }
         guard let kind, realisation.byProgram.contains(feature) else {
-            return "\(feature): the desktop '\(desktop)' does not act on it"
+            guard byBrowser, let browser else { return "\(feature): the desktop '\(desktop)' does not act on it" }
+            return "\(feature): the desktop '\(desktop)' does not act on it, and no browser is connected at \(browser.endpoint)"
         }
         if settings.mode == .system {
             // The system service cannot run a program in the user's session.

@@ -1,3 +1,4 @@
+import BrowserLayer
 import DBus
 import Glibc
 import GuidedAccessCore
@@ -34,13 +35,16 @@ public actor GuidedAccessService {
         /// User mode: the service's own environment, which is its session's
         /// (displays, XDG_RUNTIME_DIR, the session bus); what the screen reader gets.
         public var sessionEnvironment: [String: String]
+        /// `[Browser] DevToolsEndpoint=`: the kiosk browser; nil: no browser layer.
+        public var devToolsEndpoint: DevToolsEndpoint?
 
         public init(
             mode: ServiceMode, policy: AccessPolicy, defaults: SessionDefaults, journal: SessionJournal,
             authority: any Authority, audit: AuditLog, desktop: Desktop? = nil,
-            sessionEnvironment: [String: String] = [:],
+            sessionEnvironment: [String: String] = [:], devToolsEndpoint: DevToolsEndpoint? = nil,
             systemBus: @escaping @Sendable () async -> Connection? = { nil }
         ) {
+            self.devToolsEndpoint = devToolsEndpoint
             self.audit = audit
             self.desktop = desktop
             self.sessionEnvironment = sessionEnvironment
@@ -75,6 +79,10 @@ public actor GuidedAccessService {
     /// session delivers them from the key (user mode, a backend that writes
     /// real settings): the screen reader, an on-screen keyboard.
     let programs: [Feature: SessionProgram]
+    /// The features inside the kiosk browser's pages, when configured.
+    let browser: BrowserLayer?
+    /// Whether `browser` is connected, as `SupportedFeatures` and `Desktop` last said.
+    var browserConnected = false
     let backendName: String
     let logger: Logger
 
@@ -112,6 +120,7 @@ public actor GuidedAccessService {
             }
         }
         self.programs = programs
+        browser = settings.devToolsEndpoint.map { BrowserLayer(endpoint: $0, loop: connection.loop, logger: logger) }
         store = SessionStore(journal: settings.journal, backend: backend, keyMap: keyMap)
     }
 
@@ -132,6 +141,7 @@ public actor GuidedAccessService {
         for (feature, program) in programs.sorted(by: { $0.key < $1.key }) {
             await program.stopUnknownUnits(keeping: session?.programs[feature])
         }
+        await startBrowserLayer()
         try await connection.export([interface()], at: GuidedAccessBus.objectPath)
         exported = true
     }
@@ -269,9 +279,9 @@ public actor GuidedAccessService {
                     (await session?.features ?? []).sortedWireNames
                 },
                 Property(GuidedAccessProperty.supportedFeatures.rawValue, [String].self) { [self] in
-                    await supported.sortedWireNames
+                    await supportedFeaturesProperty()
                 },
-                Property(GuidedAccessProperty.desktop.rawValue, String.self) { [self] in await desktop.rawValue },
+                Property(GuidedAccessProperty.desktop.rawValue, String.self) { [self] in await desktopProperty() },
                 Property(GuidedAccessProperty.backend.rawValue, String.self, changes: .constant) { [self] in
                     backendName
                 },
@@ -291,7 +301,10 @@ public actor GuidedAccessService {
 
     // MARK: Announcements
 
+    /// What the session now is reaches the browser's pages, then the bus
+    /// (`PropertiesChanged`). Every change of the session comes through here.
     func announce() async {
+        await showInBrowser()
         guard exported else { return }
         await connection.propertiesChanged(path: GuidedAccessBus.objectPath, interface: GuidedAccessBus.interface)
     }

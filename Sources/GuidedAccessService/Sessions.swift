@@ -9,6 +9,7 @@ extension GuidedAccessService {
 
     func startSession(_ call: MethodCall, _ raw: [String: Variant]) async throws {
         let parameters = try Self.sessionParameters(raw, defaults: settings.defaults)
+        await connectBrowser(for: parameters.features)
         try requireSupported(parameters.features)
         let method = SessionMethod.startSession(hasOptions: !raw.isEmpty)
 
@@ -74,7 +75,10 @@ extension GuidedAccessService {
 
     func configureForSession(_ call: MethodCall, _ names: [String], _ enabled: Bool) async throws {
         let requested = try Self.requestedFeatures(names)
-        if enabled { try requireSupported(requested) }
+        if enabled {
+            await connectBrowser(for: requested)
+            try requireSupported(requested)
+        }
 
         let caller = try await identify(call)
         let generation = store.generation

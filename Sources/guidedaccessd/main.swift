@@ -203,6 +203,7 @@ func serve(
                     socketPath: environment("GUIDEDACCESS_JOURNAL_SOCKET") ?? "/run/systemd/journal/socket",
                     logger: logger),
                 desktop: configuration.desktop, sessionEnvironment: processEnvironment(),
+                devToolsEndpoint: configuration.devToolsEndpoint,
                 systemBus: { await systemBus.connection() }),
             logger: logger)
         try await service.start()

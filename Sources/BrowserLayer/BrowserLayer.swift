@@ -1,0 +1,322 @@
+import DBus
+import GuidedAccessAPI
+import GuidedAccessCore
+import Logging
+
+/// The session's features inside the kiosk browser's pages, through
+/// Chromium's DevTools protocol (spec: "Browser layer").
+///
+/// One WebSocket to the browser target. While no session needs the pages it
+/// is attached to none of them, so an idle kiosk sees no DevTools traffic
+/// and the service no wake-up; while one does, it auto-attaches to every page
+/// (those open, those opened later) and shows the session's `BrowserLook` in
+/// each, through a document script that also covers the pages' next
+/// documents. When the look goes, every page is put back, then let go.
+///
+/// Connecting: at start, when a session needs the browser (then again with
+/// back-off, 0.1 s doubling to 5 s, for as long as it does), and when a
+/// client asks what is supported (`lookIfAbsent`, at most once a second).
+/// No timer runs while no session needs it.
+public actor BrowserLayer {
+    public nonisolated let endpoint: DevToolsEndpoint
+    private nonisolated let loop: EventLoop
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
+    private let logger: Logger
+
+    /// The look the session wants in every page; nil: none.
+    private var look: BrowserLook?
+    private var client: DevToolsClient?
+    /// Whether the layer is connected to the browser now.
+    public private(set) var isConnected = false
+    private var connecting: Task<Bool, Never>?
+    private var lastAttempt: ContinuousClock.Instant?
+    private var lastProblem: String?
+    private var retry: Task<Void, Never>?
+    private var backoff = BrowserLayer.firstBackoff
+    /// Pages may hold a style sheet a service before this one left (it was
+    /// killed, or lost the browser mid-session): removed once connected.
+    private var leftoversPossible = false
+    private var autoAttached = false
+    private var pages: [String: Page] = [:]
+    private var onChange: (@Sendable () -> Void)?
+
+    static let firstBackoff: Duration = .milliseconds(100)
+    static let maxBackoff: Duration = .seconds(5)
+    static let openTimeout: Duration = .seconds(2)
+    static let commandTimeout: Duration = .seconds(3)
+    /// How long a change waits for the pages before its caller is answered.
+    static let showWait: Duration = .milliseconds(1500)
+
+    /// What the layer knows of one attached page.
+    private struct Page {
+        let targetID: String
+        /// Whether `shown` is known: not until first set (a service before
+        /// may have left its sheet there).
+        var known = false
+        /// The look the page shows (nil: nothing of the layer's).
+        var shown: BrowserLook?
+        var pageEnabled = false
+        var scriptID: String?
+        /// The page's changes, one after another.
+        var work: Task<Void, Never>?
+    }
+
+    public init(endpoint: DevToolsEndpoint, loop: EventLoop, logger: Logger) {
+        self.endpoint = endpoint
+        self.loop = loop
+        self.logger = logger
+    }
+
+    // MARK: What the service asks
+
+    /// Starts: one attempt to connect, and on connecting the pages are
+    /// cleared of what a service before this one may have left on them.
+    /// `onChange` runs (on the loop) whenever `isConnected` changes.
+    public func start(onChange: @escaping @Sendable () -> Void) {
+        self.onChange = onChange
+        leftoversPossible = true
+        attempt()
+    }
+
+    /// A client asked what is supported: if the browser is not connected,
+    /// look again, at most once a second. Does not wait.
+    public func lookIfAbsent() {
+        guard client == nil, connecting == nil else { return }
+        if let lastAttempt, ContinuousClock.now - lastAttempt < .seconds(1) { return }
+        attempt()
+    }
+
+    /// Connects now if not connected; whether it is.
+    public func connectIfAbsent() async -> Bool {
+        if client != nil { return true }
+        attempt()
+        return await connecting?.value ?? (client != nil)
+    }
+
+    /// Shows `look` in every page (nil: the pages as they were). Returns once
+    /// the pages have it, or after `showWait`: a page that does not answer
+    /// does not hold up the caller, and is left out. Not connected: shown
+    /// once connected, and connecting is retried while a look is wanted.
+    public func show(_ look: BrowserLook?) async {
+        guard look != self.look else { return }
+        let had = self.look
+        self.look = look
+        guard client != nil else {
+            if look != nil {
+                attempt()
+            } else {
+                retry?.cancel()
+                retry = nil
+                if had != nil { leftoversPossible = true }
+            }
+            return
+        }
+        await reconcile()
+    }
+
+    // MARK: Connecting
+
+    private func attempt() {
+        guard client == nil, connecting == nil else { return }
+        retry?.cancel()
+        retry = nil
+        lastAttempt = .now
+        connecting = Task { await connect() }
+    }
+
+    private func connect() async -> Bool {
+        do throws(DevToolsFailure) {
+            let client = try await DevToolsClient.open(
+                endpoint, loop: loop, timeout: Self.openTimeout, logger: logger,
+                onEvent: { [weak self] event in self?.assumeIsolated { $0.handle(event) } },
+                onClose: { [weak self] reason in self?.assumeIsolated { $0.lost(reason) } })
+            connecting = nil
+            self.client = client
+            isConnected = true
+            backoff = Self.firstBackoff
+            lastProblem = nil
+            logger.notice("browser layer: connected to \(client.browserVersion) at \(endpoint)")
+            onChange?()
+            await reconcile()
+            return true
+        } catch {
+            connecting = nil
+            if lastProblem != error.description {
+                lastProblem = error.description
+                logger.info("browser layer: no browser at \(endpoint): \(error)")
+            }
+            if look != nil { scheduleRetry() }
+            return false
+        }
+    }
+
+    private func scheduleRetry() {
+        guard retry == nil else { return }
+        let delay = backoff
+        backoff = min(backoff * 2, Self.maxBackoff)
+        let loop = self.loop
+        retry = Task {
+            do { try await loop.sleep(for: delay) } catch { return }
+            retry = nil
+            if look != nil { attempt() }
+        }
+    }
+
+    /// The connection ended (the browser went, or sent what is not DevTools).
+    private func lost(_ reason: DevToolsFailure) {
+        client = nil
+        isConnected = false
+        autoAttached = false
+        pages = [:]
+        logger.warning("browser layer: lost the browser at \(endpoint): \(reason)")
+        onChange?()
+        if look != nil {
+            scheduleRetry()
+        } else {
+            // If the browser is still there, what it shows was not undone.
+            leftoversPossible = true
+        }
+    }
+
+    // MARK: The pages
+
+    /// Brings every page to the look, or — no look — puts every page back
+    /// and lets go of them.
+    private func reconcile() async {
+        guard let client else { return }
+        if look != nil || leftoversPossible, !autoAttached {
+            autoAttached = true
+            do throws(DevToolsFailure) {
+                // The browser attaches to the pages open now before it
+                // answers; `handle` takes each as it comes.
+                _ = try await client.call(
+                    "Target.setAutoAttach",
+                    [("autoAttach", .bool(true)), ("waitForDebuggerOnStart", .bool(false)), ("flatten", .bool(true))])
+            } catch {
+                logger.error("browser layer: cannot attach to the browser's pages: \(error)")
+                autoAttached = false
+                return
+            }
+        }
+        await settle(pages.keys.sorted().map { update($0) })
+        guard look == nil, self.client === client, autoAttached else { return }
+        // Every page put back: let go of them, so nothing more comes.
+        leftoversPossible = false
+        autoAttached = false
+        pages = [:]
+        do throws(DevToolsFailure) {
+            // Ending auto-attach detaches the pages it attached.
+            _ = try await client.call(
+                "Target.setAutoAttach",
+                [("autoAttach", .bool(false)), ("waitForDebuggerOnStart", .bool(false)), ("flatten", .bool(true))])
+        } catch {
+            logger.warning("browser layer: letting go of the pages: \(error)")
+        }
+    }
+
+    /// Waits for `tasks`, or `showWait`, whichever is first.
+    private func settle(_ tasks: [Task<Void, Never>]) async {
+        guard !tasks.isEmpty else { return }
+        let loop = self.loop
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask(executorPreference: loop) { for task in tasks { await task.value } }
+            group.addTask(executorPreference: loop) { try? await loop.sleep(for: Self.showWait) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Queues bringing page `session` up to date after what it is doing.
+    private func update(_ session: String) -> Task<Void, Never> {
+        let previous = pages[session]?.work
+        let task = Task {
+            await previous?.value
+            await bringUpToDate(session)
+        }
+        pages[session]?.work = task
+        return task
+    }
+
+    private func bringUpToDate(_ session: String) async {
+        guard let client, let page = pages[session] else { return }
+        let look = self.look
+        guard !page.known || page.shown != look else { return }
+        let known = page.known, before = page.shown
+        let sheet = look?.styleSheet
+        do throws(DevToolsFailure) {
+            if sheet != nil, !page.pageEnabled {
+                // Document scripts run only with the Page domain on.
+                _ = try await client.call("Page.enable", session: session, timeout: Self.commandTimeout)
+                pages[session]?.pageEnabled = true
+            }
+            let media = (look?.mediaFeatures ?? []).map { JSON.object([("name", .string($0.name)), ("value", .string($0.value))]) }
+            let mediaBefore = (before?.mediaFeatures ?? []).map { $0.name + ":" + $0.value }
+            if !known || mediaBefore != (look?.mediaFeatures ?? []).map({ $0.name + ":" + $0.value }) {
+                _ = try await client.call(
+                    "Emulation.setEmulatedMedia", [("media", .string("")), ("features", .array(media))], session: session,
+                    timeout: Self.commandTimeout)
+            }
+            let deficiency = look?.visionDeficiency ?? "none"
+            if !known || (before?.visionDeficiency ?? "none") != deficiency {
+                _ = try await client.call(
+                    "Emulation.setEmulatedVisionDeficiency", [("type", .string(deficiency))], session: session,
+                    timeout: Self.commandTimeout)
+            }
+            if !known || before?.styleSheet != sheet {
+                if let old = pages[session]?.scriptID {
+                    _ = try await client.call(
+                        "Page.removeScriptToEvaluateOnNewDocument", [("identifier", .string(old))], session: session,
+                        timeout: Self.commandTimeout)
+                    pages[session]?.scriptID = nil
+                }
+                let script = PageScript.applying(sheet)
+                if sheet != nil {
+                    let added = try await client.call(
+                        "Page.addScriptToEvaluateOnNewDocument", [("source", .string(script))], session: session,
+                        timeout: Self.commandTimeout)
+                    pages[session]?.scriptID = added["identifier"]?.string
+                }
+                // The document there now. It may be between documents (the
+                // next one gets the document script): not an error.
+                do throws(DevToolsFailure) {
+                    _ = try await client.call(
+                        "Runtime.evaluate", [("expression", .string(script)), ("silent", .bool(true))], session: session,
+                        timeout: Self.commandTimeout)
+                } catch {
+                    guard pages[session] != nil, self.client === client else { throw error }
+                    logger.debug("browser layer: page \(page.targetID): the current document did not take the style: \(error)")
+                }
+            }
+            pages[session]?.known = true
+            pages[session]?.shown = look
+        } catch {
+            guard pages[session] != nil, self.client === client else { return }  // closed, or the connection went
+            logger.warning("browser layer: page \(page.targetID) left out: \(error)")
+            pages[session] = nil
+            Task { _ = try? await client.call("Target.detachFromTarget", [("sessionId", .string(session))]) }
+        }
+    }
+
+    /// A DevTools event, in the order the browser sent them.
+    private func handle(_ event: DevToolsEvent) {
+        switch event.method {
+        case "Target.attachedToTarget":
+            guard let session = event.params["sessionId"]?.string, let info = event.params["targetInfo"] else { return }
+            let wanted = look != nil || leftoversPossible
+            guard info["type"]?.string == "page", wanted, autoAttached else {
+                // Not a page (a worker, the browser's own UI), or attached
+                // as the layer was letting go: nothing of ours goes there.
+                guard let client else { return }
+                Task { _ = try? await client.call("Target.detachFromTarget", [("sessionId", .string(session))]) }
+                return
+            }
+            pages[session] = Page(targetID: bounded(info["targetId"]?.string ?? "?"))
+            _ = update(session)
+        case "Target.detachedFromTarget":
+            guard let session = event.params["sessionId"]?.string else { return }
+            pages[session] = nil
+        default:
+            break  // Page events of attached pages: nothing to do.
+        }
+    }
+}

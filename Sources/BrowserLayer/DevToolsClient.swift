@@ -1,0 +1,352 @@
+import DBus
+import GuidedAccessCore
+import Logging
+
+/// A DevTools event: its method, its parameters and, for a page attached in
+/// flat mode, the session it came from.
+struct DevToolsEvent: Sendable {
+    let method: String
+    let params: JSON
+    let sessionID: String?
+}
+
+/// One connection to a Chromium browser's DevTools endpoint: `/json/version`
+/// over plain HTTP for the browser target's WebSocket address, then that
+/// WebSocket; commands with ids and a timeout each, events to a handler.
+/// Nothing the browser sends is ever evaluated; it is parsed as JSON with
+/// limits and read for the few fields the layer needs. Anything that is not
+/// a DevTools message closes the connection.
+actor DevToolsClient {
+    nonisolated let loop: EventLoop
+    nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
+
+    /// Messages longer than this are skipped unread (an event about a page
+    /// with a huge `data:` URL); the replies the layer waits for are small.
+    static let messageLimit = 1 << 20
+
+    private let stream: LoopbackStream
+    private var decoder = WebSocket.Decoder(limit: DevToolsClient.messageLimit)
+    private var nextID = 1
+    private var pending: [Int: (continuation: CheckedContinuation<JSON, Error>, timer: Task<Void, Never>)] = [:]
+    private var failure: DevToolsFailure?
+    private let onEvent: @Sendable (DevToolsEvent) -> Void
+    private let onClose: @Sendable (DevToolsFailure) -> Void
+    private let logger: Logger
+    /// The browser's product and version, from `/json/version`.
+    let browserVersion: String
+
+    private init(
+        stream: LoopbackStream, loop: EventLoop, browserVersion: String, logger: Logger,
+        onEvent: @escaping @Sendable (DevToolsEvent) -> Void, onClose: @escaping @Sendable (DevToolsFailure) -> Void
+    ) {
+        self.stream = stream
+        self.loop = loop
+        self.browserVersion = browserVersion
+        self.logger = logger
+        self.onEvent = onEvent
+        self.onClose = onClose
+    }
+
+    /// Connects to the browser target at `endpoint` within `timeout`.
+    /// `onEvent` and `onClose` run on the loop, in the order the browser
+    /// sent; `onClose` once, when the connection ends for any reason but `close()`.
+    static func open(
+        _ endpoint: DevToolsEndpoint, loop: EventLoop, timeout: Duration, logger: Logger,
+        onEvent: @escaping @Sendable (DevToolsEvent) -> Void, onClose: @escaping @Sendable (DevToolsFailure) -> Void
+    ) async throws(DevToolsFailure) -> DevToolsClient {
+        let version = LoopbackStream(loop: loop)
+        let watchdog = Watchdog(loop: loop, timeout: timeout, stream: version)
+        defer { watchdog.cancel() }
+        let (path, product): (String, String)
+        do throws(DevToolsFailure) {
+            try await version.connect(to: endpoint)
+            (path, product) = try await browserTarget(endpoint, version)
+        } catch {
+            throw watchdog.fired ? DevToolsFailure("no answer from \(endpoint) within \(timeout)") : error
+        }
+        version.close()
+
+        let stream = LoopbackStream(loop: loop)
+        let handshakeWatchdog = Watchdog(loop: loop, timeout: timeout, stream: stream)
+        defer { handshakeWatchdog.cancel() }
+        let rest: [UInt8]
+        do throws(DevToolsFailure) {
+            try await stream.connect(to: endpoint)
+            rest = try await upgrade(endpoint, path, stream)
+        } catch {
+            stream.close()
+            throw handshakeWatchdog.fired ? DevToolsFailure("no WebSocket from \(endpoint) within \(timeout)") : error
+        }
+        let client = DevToolsClient(
+            stream: stream, loop: loop, browserVersion: product, logger: logger, onEvent: onEvent, onClose: onClose)
+        await client.run(after: rest)
+        return client
+    }
+
+    /// Sends a command and waits for its result; throws the browser's error,
+    /// or a timeout (the connection stays: one page may hang, not the browser).
+    func call(
+        _ method: String, _ params: [(String, JSON)] = [], session: String? = nil, timeout: Duration = .seconds(3)
+    ) async throws(DevToolsFailure) -> JSON {
+        if let failure { throw failure }
+        let id = nextID
+        nextID += 1
+        var message: [(String, JSON)] = [("id", .number(String(id))), ("method", .string(method))]
+        message.append(("params", .object(params)))
+        if let session { message.append(("sessionId", .string(session))) }
+        let frame = WebSocket.frame(.text, JSON.object(message).compactBytes())
+        do {
+            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<JSON, Error>) in
+                let loop = self.loop
+                let timer = Task {
+                    do { try await loop.sleep(for: timeout) } catch { return }
+                    self.resolve(id, .failure(DevToolsFailure("\(method) got no answer within \(timeout)")))
+                }
+                pending[id] = (continuation, timer)
+                Task { await self.send(frame) }
+            }
+        } catch let failure as DevToolsFailure {
+            throw failure
+        } catch {
+            throw DevToolsFailure("\(method): \(error)")
+        }
+    }
+
+    /// Closes the connection; pending commands fail. `onClose` is not called.
+    func close() {
+        finish(DevToolsFailure("closed by the service"), notify: false)
+    }
+
+    // MARK: Inside
+
+    private func send(_ frame: [UInt8]) async {
+        do throws(DevToolsFailure) {
+            try await stream.write(frame)
+        } catch {
+            finish(error, notify: true)
+        }
+    }
+
+    private func resolve(_ id: Int, _ result: Result<JSON, DevToolsFailure>) {
+        guard let entry = pending.removeValue(forKey: id) else { return }
+        entry.timer.cancel()
+        entry.continuation.resume(with: result.mapError { $0 as Error })
+    }
+
+    private func run(after rest: [UInt8]) {
+        rest.withUnsafeBytes { decoder.feed($0) }
+        Task { await readLoop() }
+    }
+
+    private func readLoop() async {
+        var buffer = [UInt8](repeating: 0, count: 16384)
+        do throws(DevToolsFailure) {
+            while failure == nil {
+                try drain()
+                let n = try await stream.read(into: &buffer)
+                buffer.withUnsafeBytes { decoder.feed(UnsafeRawBufferPointer(rebasing: $0[..<n])) }
+            }
+        } catch {
+            finish(error, notify: true)
+        }
+    }
+
+    /// Handles every whole message the decoder has.
+    private func drain() throws(DevToolsFailure) {
+        while failure == nil {
+            let incoming: WebSocket.Incoming?
+            do throws(WebSocket.ProtocolError) {
+                incoming = try decoder.next()
+            } catch {
+                throw DevToolsFailure("not a WebSocket stream: \(error)")
+            }
+            guard let incoming else { return }
+            switch incoming {
+            case .text(let bytes): try handle(bytes)
+            case .skipped(let length):
+                logger.warning("browser layer: skipped a DevTools message of \(length) bytes (limit \(Self.messageLimit))")
+            case .ping(let payload): Task { await self.send(WebSocket.frame(.pong, payload)) }
+            case .pong: break
+            case .close: throw DevToolsFailure("the browser closed the WebSocket")
+            }
+        }
+    }
+
+    private func handle(_ bytes: [UInt8]) throws(DevToolsFailure) {
+        let message: JSON
+        do throws(JSON.ParseError) {
+            message = try JSON.parse(bytes)
+        } catch {
+            throw DevToolsFailure("not a DevTools message: \(error)")
+        }
+        guard case .object = message else { throw DevToolsFailure("not a DevTools message: not a JSON object") }
+        if let id = message["id"] {
+            guard case .number(let text) = id, let id = Int(text) else {
+                throw DevToolsFailure("not a DevTools message: an id that is not an integer")
+            }
+            if let error = message["error"] {
+                let text = error["message"]?.string ?? "an error"
+                resolve(id, .failure(DevToolsFailure(bounded(text))))
+            } else {
+                resolve(id, .success(message["result"] ?? .object([])))
+            }
+        } else if case .string(let method)? = message["method"] {
+            onEvent(DevToolsEvent(method: method, params: message["params"] ?? .object([]), sessionID: message["sessionId"]?.string))
+        } else {
+            throw DevToolsFailure("not a DevTools message: neither an id nor a method")
+        }
+    }
+
+    private func finish(_ reason: DevToolsFailure, notify: Bool) {
+        guard failure == nil else { return }
+        failure = reason
+        stream.close()
+        let waiting = pending
+        pending = [:]
+        for (_, entry) in waiting {
+            entry.timer.cancel()
+            entry.continuation.resume(throwing: reason)
+        }
+        if notify { onClose(reason) }
+    }
+
+    // MARK: The opening, over HTTP
+
+    /// `GET /json/version`: the browser target's WebSocket path (checked to
+    /// be on this endpoint) and the browser's product name.
+    private static func browserTarget(
+        _ endpoint: DevToolsEndpoint, _ stream: LoopbackStream
+    ) async throws(DevToolsFailure) -> (path: String, product: String) {
+        try await stream.write(Array("GET /json/version HTTP/1.1\r\nHost: \(endpoint.authority)\r\nConnection: close\r\n\r\n".utf8))
+        var response: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        var headerEnd: Int?
+        var contentLength: Int?
+        while true {
+            if let end = headerEnd, let length = contentLength, response.count >= end + length { break }
+            let n: Int
+            do throws(DevToolsFailure) {
+                n = try await stream.read(into: &buffer)
+            } catch {
+                if headerEnd != nil, contentLength == nil { break }  // the body ends with the connection
+                throw error
+            }
+            response.append(contentsOf: buffer[..<n])
+            guard response.count <= 65536 else { throw DevToolsFailure("/json/version: an answer over 64 KiB") }
+            if headerEnd == nil, let end = HTTPHead.end(of: response) {
+                headerEnd = end
+                let head = try HTTPHead(response[..<end], what: "/json/version")
+                guard head.status == 200 else { throw DevToolsFailure("/json/version: HTTP status \(head.status)") }
+                contentLength = head.field("content-length").flatMap { Int($0) }
+            }
+        }
+        let body = Array(response[headerEnd!...].prefix(contentLength ?? Int.max))
+        let version: JSON
+        do throws(JSON.ParseError) {
+            version = try JSON.parse(body)
+        } catch {
+            throw DevToolsFailure("/json/version: \(error)")
+        }
+        guard let url = version["webSocketDebuggerUrl"]?.string else {
+            throw DevToolsFailure("/json/version: no webSocketDebuggerUrl (not a Chromium DevTools endpoint?)")
+        }
+        let prefix = "ws://\(endpoint.authority)/devtools/browser/"
+        let id = url.hasPrefix(prefix) ? url.dropFirst(prefix.count) : ""
+        guard !id.isEmpty, id.count <= 64, id.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || ($0 < 0x80 && Character(Unicode.Scalar($0)).isLetter) || (0x30...0x39).contains($0) })
+        else {
+            throw DevToolsFailure("/json/version: the browser's WebSocket '\(bounded(url))' is not \(prefix)ID")
+        }
+        return ("/devtools/browser/" + id, bounded(version["Browser"]?.string ?? "a browser"))
+    }
+
+    /// The WebSocket opening handshake; what the browser sent after it.
+    private static func upgrade(
+        _ endpoint: DevToolsEndpoint, _ path: String, _ stream: LoopbackStream
+    ) async throws(DevToolsFailure) -> [UInt8] {
+        let key = WebSocket.newKey()
+        try await stream.write(
+            Array(
+                ("GET \(path) HTTP/1.1\r\nHost: \(endpoint.authority)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    + "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\n\r\n").utf8))
+        var response: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = try await stream.read(into: &buffer)
+            response.append(contentsOf: buffer[..<n])
+            if let end = HTTPHead.end(of: response) {
+                let head = try HTTPHead(response[..<end], what: "the WebSocket handshake")
+                guard head.status == 101 else { throw DevToolsFailure("the WebSocket handshake: HTTP status \(head.status)") }
+                guard head.field("sec-websocket-accept") == WebSocket.accept(for: key) else {
+                    throw DevToolsFailure("the WebSocket handshake: a wrong Sec-WebSocket-Accept")
+                }
+                return Array(response[end...])
+            }
+            guard response.count <= 16384 else { throw DevToolsFailure("the WebSocket handshake: a head over 16 KiB") }
+        }
+    }
+}
+
+/// An HTTP response's status and header fields.
+private struct HTTPHead {
+    let status: Int
+    let fields: [(String, String)]
+
+    /// Where the head ends (after the blank line), once it has.
+    static func end(of bytes: [UInt8]) -> Int? {
+        guard bytes.count >= 4 else { return nil }
+        for i in 0...(bytes.count - 4)
+        where bytes[i] == 13 && bytes[i + 1] == 10 && bytes[i + 2] == 13 && bytes[i + 3] == 10 {
+            return i + 4
+        }
+        return nil
+    }
+
+    init(_ bytes: ArraySlice<UInt8>, what: String) throws(DevToolsFailure) {
+        let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\r\n", omittingEmptySubsequences: true)
+        let statusLine = lines.first?.split(separator: " ") ?? []
+        guard statusLine.count >= 2, statusLine[0].hasPrefix("HTTP/1."), let status = Int(statusLine[1]) else {
+            throw DevToolsFailure("\(what): not an HTTP response")
+        }
+        self.status = status
+        fields = lines.dropFirst().compactMap { line in
+            guard let colon = line.firstIndex(of: ":") else { return nil }
+            return (
+                line[..<colon].lowercased(),
+                String(line[line.index(after: colon)...].drop(while: { $0 == " " || $0 == "\t" }))
+            )
+        }
+    }
+
+    func field(_ name: String) -> String? { fields.first { $0.0 == name }?.1 }
+}
+
+/// Closes a stream that has not finished its opening in time, which fails
+/// whatever waits on it.
+private final class Watchdog: @unchecked Sendable {
+    private var task: Task<Void, Never>?
+    /// Read after the opening ended: set on the loop, read on the loop.
+    private(set) var fired = false
+
+    init(loop: EventLoop, timeout: Duration, stream: LoopbackStream) {
+        task = Task(executorPreference: loop) { [weak self] in
+            do { try await loop.sleep(for: timeout) } catch { return }
+            self?.fired = true
+            stream.close()
+        }
+    }
+
+    func cancel() { task?.cancel() }
+}
+
+/// At most 200 characters of what the browser sent, for a log line (the
+/// daemon's log handler escapes what it writes).
+func bounded(_ text: String) -> String {
+    text.count <= 200 ? text : text.prefix(200) + "…"
+}
+
+extension JSON {
+    package var string: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+}

@@ -1,0 +1,164 @@
+import CLinux
+import DBus
+import Glibc
+import GuidedAccessCore
+
+/// What went wrong with the browser: not listening, too slow, or garbage.
+public struct DevToolsFailure: Error, Hashable, Sendable, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A non-blocking TCP connection to the browser's loopback DevTools port,
+/// driven by the service's own loop: a read or write that would block
+/// waits for epoll, not a thread. The descriptor is watched only while
+/// something waits on it, so an idle connection costs no wake-up, and a
+/// peer that hangs up cannot make epoll report it over and over.
+///
+/// Loop thread only: used from actors on the loop (`DevToolsClient`), and
+/// its epoll handler runs on the same thread, never at the same time.
+final class LoopbackStream: @unchecked Sendable {
+    private let loop: EventLoop
+    private var fd: Int32 = -1
+    private var token: EventLoop.SourceToken?
+    private var readWaiter: CheckedContinuation<Void, Error>?
+    private var writeWaiter: CheckedContinuation<Void, Error>?
+    private var closed = false
+
+    init(loop: EventLoop) { self.loop = loop }
+
+    deinit { close() }
+
+    /// Connects to `endpoint`; throws when nothing listens there.
+    func connect(to endpoint: DevToolsEndpoint) async throws(DevToolsFailure) {
+        let family: Int32
+        switch endpoint.address {
+        case .ipv4: family = AF_INET
+        case .ipv6Loopback: family = AF_INET6
+        }
+        fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw DevToolsFailure("socket: \(Self.errorText(errno))") }
+        var one: Int32 = 1
+        _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        let result: Int32
+        switch endpoint.address {
+        case .ipv4(let a, let b, let c, let d):
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = endpoint.port.bigEndian
+            address.sin_addr.s_addr = (UInt32(a) << 24 | UInt32(b) << 16 | UInt32(c) << 8 | UInt32(d)).bigEndian
+            result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+        case .ipv6Loopback:
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = endpoint.port.bigEndian
+            address.sin6_addr = in6addr_loopback
+            result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size))
+                }
+            }
+        }
+        if result != 0 {
+            guard errno == EINPROGRESS else { throw DevToolsFailure("connect: \(Self.errorText(errno))") }
+            try await wait(readable: false)
+            var error: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            _ = getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length)
+            guard error == 0 else { throw DevToolsFailure("connect: \(Self.errorText(error))") }
+        }
+    }
+
+    /// Up to `limit` bytes as soon as some are there; throws at the end of
+    /// the stream.
+    func read(into buffer: inout [UInt8]) async throws(DevToolsFailure) -> Int {
+        while true {
+            guard !closed else { throw DevToolsFailure("the connection was closed") }
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n > 0 { return n }
+            if n == 0 { throw DevToolsFailure("the browser closed the connection") }
+            switch errno {
+            case EINTR: continue
+            case EAGAIN: try await wait(readable: true)
+            default: throw DevToolsFailure("read: \(Self.errorText(errno))")
+            }
+        }
+    }
+
+    /// Writes all of `bytes`, waiting for room as needed.
+    func write(_ bytes: [UInt8]) async throws(DevToolsFailure) {
+        var offset = 0
+        while offset < bytes.count {
+            guard !closed else { throw DevToolsFailure("the connection was closed") }
+            let n = bytes.withUnsafeBytes {
+                send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL))
+            }
+            if n > 0 {
+                offset += n
+                continue
+            }
+            switch errno {
+            case EINTR: continue
+            case EAGAIN: try await wait(readable: false)
+            default: throw DevToolsFailure("write: \(Self.errorText(errno))")
+            }
+        }
+    }
+
+    /// Closes the descriptor; whatever waits on it fails.
+    func close() {
+        guard !closed else { return }
+        closed = true
+        if let token { loop.removeSource(token, fd: fd) }
+        token = nil
+        if fd >= 0 { Glibc.close(fd) }
+        let waiters = [readWaiter, writeWaiter]
+        readWaiter = nil
+        writeWaiter = nil
+        for waiter in waiters { waiter?.resume(throwing: DevToolsFailure("the connection was closed")) }
+    }
+
+    private func wait(readable: Bool) async throws(DevToolsFailure) {
+        guard !closed else { throw DevToolsFailure("the connection was closed") }
+        do {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+                if readable { readWaiter = continuation } else { writeWaiter = continuation }
+                rearm()
+            }
+        } catch let failure as DevToolsFailure {
+            throw failure
+        } catch {
+            throw DevToolsFailure("\(error)")
+        }
+    }
+
+    /// Watches for what the waiters need; nothing when nobody waits.
+    private func rearm() {
+        let events = (readWaiter != nil ? EPOLLIN.rawValue : 0) | (writeWaiter != nil ? EPOLLOUT.rawValue : 0)
+        if events == 0 {
+            if let token { loop.removeSource(token, fd: fd) }
+            token = nil
+        } else if let token {
+            loop.updateSource(token, fd: fd, events: events)
+        } else {
+            token = loop.addSource(fd: fd, events: events) { [self] events in ready(events) }
+        }
+    }
+
+    private func ready(_ events: UInt32) {
+        let failed = events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0
+        let reader = events & EPOLLIN.rawValue != 0 || failed ? readWaiter : nil
+        let writer = events & EPOLLOUT.rawValue != 0 || failed ? writeWaiter : nil
+        if reader != nil { readWaiter = nil }
+        if writer != nil { writeWaiter = nil }
+        rearm()
+        reader?.resume()
+        writer?.resume()
+    }
+
+    static func errorText(_ code: Int32) -> String { String(cString: strerror(code)) }
+}
