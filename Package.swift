@@ -145,6 +145,7 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "GuidedAccessServiceTests", dependencies: ["GuidedAccessService", "DBus", "CProcess"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
+        .testTarget(name: "BrowserLayerTests", dependencies: ["BrowserLayer"]),
         // Runs guidedaccessd (memory backend) on a private bus, so it depends on it.
         .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient", "guidedaccessd", "TestSupport"]),
     ],
