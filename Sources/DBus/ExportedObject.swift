@@ -171,6 +171,7 @@ extension Connection {
                 let property = object.interface(interfaceName)?.property(name),
                 let value = object.heldValue(of: property, in: interfaceName)
             else { return nil }
+            property.onRead?()
             return [.variant(value)]
         }
         if dbus_message_has_member(message.raw, "GetAll") != 0 {
@@ -182,6 +183,7 @@ extension Connection {
                 guard let value = object.heldValue(of: property, in: interfaceName) else { return nil }
                 entries.append(.init(.string(property.name), .variant(value)))
             }
+            for property in interface.properties { property.onRead?() }
             return [.dictionary(key: .string, value: .variant, entries)]
         }
         return nil
@@ -343,6 +345,7 @@ extension Connection {
     private func read(_ property: Property, in interface: String, of object: ExportedObject) async throws
         -> DBusValue
     {
+        property.onRead?()
         if property.changes == .constant, let value = object.constants[interface]?[property.name] { return value }
         let value = try await property.getter()
         guard value.type == property.type else {

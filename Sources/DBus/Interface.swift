@@ -273,6 +273,10 @@ public struct Property: Sendable {
     public let changes: ChangeBehaviour
     let getter: Getter
     let setter: Setter?
+    /// Runs on the connection's loop each time a client reads the property
+    /// (`Get`, `GetAll`), also when the held value answers: for a service
+    /// whose value depends on something it looks at only when asked.
+    let onRead: (@Sendable () -> Void)?
 
     /// A property of type `T`: the getter returns the value, the setter (a
     /// writable property's) receives it decoded. `Properties.Set` with a
@@ -280,12 +284,14 @@ public struct Property: Sendable {
     /// before the setter runs.
     public init<T: DBusRepresentable>(
         _ name: String, _: T.Type, changes: ChangeBehaviour = .emitsValue,
-        get: @escaping @Sendable () async throws -> T, set: (@Sendable (T, MethodCall) async throws -> Void)? = nil
+        get: @escaping @Sendable () async throws -> T, set: (@Sendable (T, MethodCall) async throws -> Void)? = nil,
+        onRead: (@Sendable () -> Void)? = nil
     ) {
         checkDeclared(T.dbusType, "property \(name)")
         self.name = name
         self.type = T.dbusType
         self.changes = changes
+        self.onRead = onRead
         self.getter = { try await get().dbusValue }
         if let set {
             self.setter = { value, call in try await set(Property.decode(value, of: name), call) }

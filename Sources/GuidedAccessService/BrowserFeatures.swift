@@ -57,15 +57,18 @@ extension GuidedAccessService {
         await browserChanged()
     }
 
-    /// `SupportedFeatures`; a read also looks for a browser that is not connected.
-    func supportedFeaturesProperty() async -> [String] {
-        await browser?.lookIfAbsent()
-        return supported.sortedWireNames
+    /// `Desktop`, with `+browser` while the browser layer is connected.
+    func desktopProperty() -> String {
+        desktop.rawValue + (browserConnected ? "+browser" : "")
     }
 
-    /// `Desktop`, with `+browser` while the browser layer is connected.
-    func desktopProperty() async -> String {
-        await browser?.lookIfAbsent()
-        return desktop.rawValue + (browserConnected ? "+browser" : "")
+    /// For `SupportedFeatures` and `Desktop`: a client reading them while
+    /// the browser is not connected makes the layer look for it (at most
+    /// once a second) — how a browser started after the service is found
+    /// without a timer. nil without a browser layer.
+    nonisolated var browserLookout: (@Sendable () -> Void)? {
+        guard let browser else { return nil }
+        let loop = connection.loop
+        return { Task(executorPreference: loop) { await browser.lookIfAbsent() } }
     }
 }

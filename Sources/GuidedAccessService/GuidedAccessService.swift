@@ -278,10 +278,12 @@ public actor GuidedAccessService {
                 Property(GuidedAccessProperty.enabledFeatures.rawValue, [String].self) { [self] in
                     (await session?.features ?? []).sortedWireNames
                 },
-                Property(GuidedAccessProperty.supportedFeatures.rawValue, [String].self) { [self] in
-                    await supportedFeaturesProperty()
-                },
-                Property(GuidedAccessProperty.desktop.rawValue, String.self) { [self] in await desktopProperty() },
+                Property(
+                    GuidedAccessProperty.supportedFeatures.rawValue, [String].self,
+                    get: { [self] in await supported.sortedWireNames }, onRead: browserLookout),
+                Property(
+                    GuidedAccessProperty.desktop.rawValue, String.self,
+                    get: { [self] in await desktopProperty() }, onRead: browserLookout),
                 Property(GuidedAccessProperty.backend.rawValue, String.self, changes: .constant) { [self] in
                     backendName
                 },
