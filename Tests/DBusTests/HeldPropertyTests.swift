@@ -9,7 +9,10 @@ actor HeldState {
     var value: Int32 = 1
     var generation: Int32 = 1
     var constantReads = 0
+    /// How often a client read `Watched` (its onRead hook).
+    var watchedReads = 0
     func set(value: Int32) { self.value = value }
+    func noteWatchedRead() { watchedReads += 1 }
     func bumpGeneration() { generation += 1 }
     func readConstant() -> String {
         constantReads += 1
@@ -37,6 +40,8 @@ struct Mistyped: DBusRepresentable {
     static let held = "org.example.Held1"
     /// A property whose getter returns a value of the wrong type.
     static let broken = "org.example.Broken1"
+    /// A property with an onRead hook.
+    static let watched = "org.example.Watched1"
 
     struct Peers {
         let bus: PrivateBus
@@ -66,6 +71,13 @@ struct Mistyped: DBusRepresentable {
                             Property("Polled", Int32.self, changes: .silent) { await state.value },
                         ]),
                     Interface(HeldProperties.broken, properties: [Property("Mistyped", Mistyped.self) { Mistyped() }]),
+                    Interface(
+                        HeldProperties.watched,
+                        properties: [
+                            Property(
+                                "Watched", Int32.self, get: { await state.value },
+                                onRead: { Task { await state.noteWatchedRead() } })
+                        ]),
                     Interface(
                         HeldProperties.held,
                         properties: [
@@ -128,6 +140,23 @@ struct Mistyped: DBusRepresentable {
             try await peers.client.send(bump)
             #expect(try await peers.get(Self.mixed, "Value") == .variant(.int32(value)))
         }
+        await peers.close()
+    }
+
+    /// The hook runs for every client read — from the getter or from the
+    /// held value, Get or GetAll — and not when the service announces.
+    @Test func onReadRunsForEveryClientRead() async throws {
+        let peers = try await Peers()
+        #expect(try await peers.get(Self.watched, "Watched") == .variant(.int32(1)))  // the getter
+        #expect(try await peers.get(Self.watched, "Watched") == .variant(.int32(1)))  // held
+        _ = try await peers.getAll(Self.watched)
+        await peers.state.set(value: 3)
+        await peers.announce(Self.watched)
+        #expect(try await peers.get(Self.watched, "Watched") == .variant(.int32(3)))
+        // The hook's tasks run on the server's loop; a round trip lets them.
+        _ = try await peers.getAll(Self.held)
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(await peers.state.watchedReads == 4)
         await peers.close()
     }
 
