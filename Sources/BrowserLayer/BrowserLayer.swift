@@ -121,7 +121,7 @@ public actor BrowserLayer {
         retry?.cancel()
         retry = nil
         lastAttempt = .now
-        connecting = Task { await connect() }
+        connecting = Task(executorPreference: loop) { await self.connect() }
     }
 
     private func connect() async -> Bool {
@@ -155,11 +155,15 @@ public actor BrowserLayer {
         let delay = backoff
         backoff = min(backoff * 2, Self.maxBackoff)
         let loop = self.loop
-        retry = Task {
+        retry = Task(executorPreference: loop) {
             do { try await loop.sleep(for: delay) } catch { return }
-            retry = nil
-            if look != nil { attempt() }
+            await self.retryDue()
         }
+    }
+
+    private func retryDue() {
+        retry = nil
+        if look != nil { attempt() }
     }
 
     /// The connection ended (the browser went, or sent what is not DevTools).
@@ -229,9 +233,9 @@ public actor BrowserLayer {
     /// Queues bringing page `session` up to date after what it is doing.
     private func update(_ session: String) -> Task<Void, Never> {
         let previous = pages[session]?.work
-        let task = Task {
+        let task = Task(executorPreference: loop) {
             await previous?.value
-            await bringUpToDate(session)
+            await self.bringUpToDate(session)
         }
         pages[session]?.work = task
         return task
@@ -293,7 +297,13 @@ public actor BrowserLayer {
             guard pages[session] != nil, self.client === client else { return }  // closed, or the connection went
             logger.warning("browser layer: page \(page.targetID) left out: \(error)")
             pages[session] = nil
-            Task { _ = try? await client.call("Target.detachFromTarget", [("sessionId", .string(session))]) }
+            detach(session, client)
+        }
+    }
+
+    private func detach(_ session: String, _ client: DevToolsClient) {
+        Task(executorPreference: loop) {
+            _ = try? await client.call("Target.detachFromTarget", [("sessionId", .string(session))])
         }
     }
 
@@ -306,8 +316,7 @@ public actor BrowserLayer {
             guard info["type"]?.string == "page", wanted, autoAttached else {
                 // Not a page (a worker, the browser's own UI), or attached
                 // as the layer was letting go: nothing of ours goes there.
-                guard let client else { return }
-                Task { _ = try? await client.call("Target.detachFromTarget", [("sessionId", .string(session))]) }
+                if let client { detach(session, client) }
                 return
             }
             pages[session] = Page(targetID: bounded(info["targetId"]?.string ?? "?"))

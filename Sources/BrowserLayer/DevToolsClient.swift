@@ -16,6 +16,10 @@ struct DevToolsEvent: Sendable {
 /// Nothing the browser sends is ever evaluated; it is parsed as JSON with
 /// limits and read for the few fields the layer needs. Anything that is not
 /// a DevTools message closes the connection.
+///
+/// Every task it starts prefers the loop: a task without that preference
+/// starts, and resumes, on the global executor's threads (which then wake
+/// the idle service to retire them).
 actor DevToolsClient {
     nonisolated let loop: EventLoop
     nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
@@ -50,7 +54,7 @@ actor DevToolsClient {
     /// Connects to the browser target at `endpoint` within `timeout`.
     /// `onEvent` and `onClose` run on the loop, in the order the browser
     /// sent; `onClose` once, when the connection ends for any reason but `close()`.
-    static func open(
+    nonisolated(nonsending) static func open(
         _ endpoint: DevToolsEndpoint, loop: EventLoop, timeout: Duration, logger: Logger,
         onEvent: @escaping @Sendable (DevToolsEvent) -> Void, onClose: @escaping @Sendable (DevToolsFailure) -> Void
     ) async throws(DevToolsFailure) -> DevToolsClient {
@@ -98,12 +102,12 @@ actor DevToolsClient {
         do {
             return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<JSON, Error>) in
                 let loop = self.loop
-                let timer = Task {
+                let timer = Task(executorPreference: loop) {
                     do { try await loop.sleep(for: timeout) } catch { return }
-                    self.resolve(id, .failure(DevToolsFailure("\(method) got no answer within \(timeout)")))
+                    await self.resolve(id, .failure(DevToolsFailure("\(method) got no answer within \(timeout)")))
                 }
                 pending[id] = (continuation, timer)
-                Task { await self.send(frame) }
+                Task(executorPreference: loop) { await self.send(frame) }
             }
         } catch let failure as DevToolsFailure {
             throw failure
@@ -135,7 +139,7 @@ actor DevToolsClient {
 
     private func run(after rest: [UInt8]) {
         rest.withUnsafeBytes { decoder.feed($0) }
-        Task { await readLoop() }
+        Task(executorPreference: loop) { await self.readLoop() }
     }
 
     private func readLoop() async {
@@ -165,7 +169,7 @@ actor DevToolsClient {
             case .text(let bytes): try handle(bytes)
             case .skipped(let length):
                 logger.warning("browser layer: skipped a DevTools message of \(length) bytes (limit \(Self.messageLimit))")
-            case .ping(let payload): Task { await self.send(WebSocket.frame(.pong, payload)) }
+            case .ping(let payload): Task(executorPreference: loop) { await self.send(WebSocket.frame(.pong, payload)) }
             case .pong: break
             case .close: throw DevToolsFailure("the browser closed the WebSocket")
             }
@@ -214,7 +218,7 @@ actor DevToolsClient {
 
     /// `GET /json/version`: the browser target's WebSocket path (checked to
     /// be on this endpoint) and the browser's product name.
-    private static func browserTarget(
+    private nonisolated(nonsending) static func browserTarget(
         _ endpoint: DevToolsEndpoint, _ stream: LoopbackStream
     ) async throws(DevToolsFailure) -> (path: String, product: String) {
         try await stream.write(Array("GET /json/version HTTP/1.1\r\nHost: \(endpoint.authority)\r\nConnection: close\r\n\r\n".utf8))
@@ -260,7 +264,7 @@ actor DevToolsClient {
     }
 
     /// The WebSocket opening handshake; what the browser sent after it.
-    private static func upgrade(
+    private nonisolated(nonsending) static func upgrade(
         _ endpoint: DevToolsEndpoint, _ path: String, _ stream: LoopbackStream
     ) async throws(DevToolsFailure) -> [UInt8] {
         let key = WebSocket.newKey()

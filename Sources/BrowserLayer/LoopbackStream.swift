@@ -15,8 +15,10 @@ public struct DevToolsFailure: Error, Hashable, Sendable, CustomStringConvertibl
 /// something waits on it, so an idle connection costs no wake-up, and a
 /// peer that hangs up cannot make epoll report it over and over.
 ///
-/// Loop thread only: used from actors on the loop (`DevToolsClient`), and
-/// its epoll handler runs on the same thread, never at the same time.
+/// Loop thread only: used from actors on the loop (`DevToolsClient`,
+/// `BrowserLayer`), its waits `nonisolated(nonsending)` so that they stay
+/// on the caller's executor, and its epoll handler runs on the same
+/// thread, never at the same time.
 final class LoopbackStream: @unchecked Sendable {
     private let loop: EventLoop
     private var fd: Int32 = -1
@@ -30,7 +32,7 @@ final class LoopbackStream: @unchecked Sendable {
     deinit { close() }
 
     /// Connects to `endpoint`; throws when nothing listens there.
-    func connect(to endpoint: DevToolsEndpoint) async throws(DevToolsFailure) {
+    nonisolated(nonsending) func connect(to endpoint: DevToolsEndpoint) async throws(DevToolsFailure) {
         let family: Int32
         switch endpoint.address {
         case .ipv4: family = AF_INET
@@ -73,9 +75,9 @@ final class LoopbackStream: @unchecked Sendable {
         }
     }
 
-    /// Up to `limit` bytes as soon as some are there; throws at the end of
-    /// the stream.
-    func read(into buffer: inout [UInt8]) async throws(DevToolsFailure) -> Int {
+    /// Reads into `buffer` as soon as something is there; how much. Throws
+    /// at the end of the stream.
+    nonisolated(nonsending) func read(into buffer: inout [UInt8]) async throws(DevToolsFailure) -> Int {
         while true {
             guard !closed else { throw DevToolsFailure("the connection was closed") }
             let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
@@ -90,7 +92,7 @@ final class LoopbackStream: @unchecked Sendable {
     }
 
     /// Writes all of `bytes`, waiting for room as needed.
-    func write(_ bytes: [UInt8]) async throws(DevToolsFailure) {
+    nonisolated(nonsending) func write(_ bytes: [UInt8]) async throws(DevToolsFailure) {
         var offset = 0
         while offset < bytes.count {
             guard !closed else { throw DevToolsFailure("the connection was closed") }
@@ -122,7 +124,7 @@ final class LoopbackStream: @unchecked Sendable {
         for waiter in waiters { waiter?.resume(throwing: DevToolsFailure("the connection was closed")) }
     }
 
-    private func wait(readable: Bool) async throws(DevToolsFailure) {
+    private nonisolated(nonsending) func wait(readable: Bool) async throws(DevToolsFailure) {
         guard !closed else { throw DevToolsFailure("the connection was closed") }
         do {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
