@@ -122,7 +122,7 @@ let package = Package(
         // inputs through the same code and writes the seeds.
         .executableTarget(
             name: "guidedaccess-fuzz",
-            dependencies: ["DBus", "CDBus", "GuidedAccessWire", "GuidedAccessCore", "GuidedAccessService"],
+            dependencies: ["DBus", "CDBus", "GuidedAccessWire", "GuidedAccessCore", "GuidedAccessService", "BrowserLayer"],
             exclude: ["corpus", "dbus.dict"]),
 
         // Benchmarks: run through scripts/bench-*.

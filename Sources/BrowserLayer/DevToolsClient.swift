@@ -2,12 +2,47 @@ import DBus
 import GuidedAccessCore
 import Logging
 
+/// One message from the browser: the reply to a command, or an event.
+/// Anything else is not DevTools (and closes the connection). `package`:
+/// the fuzz target reads through it.
+package enum DevToolsMessage {
+    case reply(id: Int, Result<JSON, DevToolsFailure>)
+    case event(DevToolsEvent)
+
+    /// Reads a text message; nothing in it is evaluated, only these fields read.
+    package init(_ bytes: [UInt8]) throws(DevToolsFailure) {
+        let message: JSON
+        do throws(JSON.ParseError) {
+            message = try JSON.parse(bytes)
+        } catch {
+            throw DevToolsFailure("not a DevTools message: \(error)")
+        }
+        guard case .object = message else { throw DevToolsFailure("not a DevTools message: not a JSON object") }
+        if let id = message["id"] {
+            guard case .number(let text) = id, let id = Int(text) else {
+                throw DevToolsFailure("not a DevTools message: an id that is not an integer")
+            }
+            if let error = message["error"] {
+                self = .reply(id: id, .failure(DevToolsFailure(bounded(error["message"]?.string ?? "an error"))))
+            } else {
+                self = .reply(id: id, .success(message["result"] ?? .object([])))
+            }
+        } else if case .string(let method)? = message["method"] {
+            self = .event(
+                DevToolsEvent(
+                    method: method, params: message["params"] ?? .object([]), sessionID: message["sessionId"]?.string))
+        } else {
+            throw DevToolsFailure("not a DevTools message: neither an id nor a method")
+        }
+    }
+}
+
 /// A DevTools event: its method, its parameters and, for a page attached in
 /// flat mode, the session it came from.
-struct DevToolsEvent: Sendable {
-    let method: String
-    let params: JSON
-    let sessionID: String?
+package struct DevToolsEvent: Sendable {
+    package let method: String
+    package let params: JSON
+    package let sessionID: String?
 }
 
 /// One connection to a Chromium browser's DevTools endpoint: `/json/version`
@@ -177,27 +212,9 @@ actor DevToolsClient {
     }
 
     private func handle(_ bytes: [UInt8]) throws(DevToolsFailure) {
-        let message: JSON
-        do throws(JSON.ParseError) {
-            message = try JSON.parse(bytes)
-        } catch {
-            throw DevToolsFailure("not a DevTools message: \(error)")
-        }
-        guard case .object = message else { throw DevToolsFailure("not a DevTools message: not a JSON object") }
-        if let id = message["id"] {
-            guard case .number(let text) = id, let id = Int(text) else {
-                throw DevToolsFailure("not a DevTools message: an id that is not an integer")
-            }
-            if let error = message["error"] {
-                let text = error["message"]?.string ?? "an error"
-                resolve(id, .failure(DevToolsFailure(bounded(text))))
-            } else {
-                resolve(id, .success(message["result"] ?? .object([])))
-            }
-        } else if case .string(let method)? = message["method"] {
-            onEvent(DevToolsEvent(method: method, params: message["params"] ?? .object([]), sessionID: message["sessionId"]?.string))
-        } else {
-            throw DevToolsFailure("not a DevTools message: neither an id nor a method")
+        switch try DevToolsMessage(bytes) {
+        case .reply(let id, let result): resolve(id, result)
+        case .event(let event): onEvent(event)
         }
     }
 

@@ -2,9 +2,10 @@
 /// and its check, masked frames out, unmasked frames in. Pure functions
 /// over bytes; `DevToolsClient` moves them on the service's loop.
 ///
-/// Why not a WebSocket library: see the README's "Browser layer" section
-/// (measured with scripts/bench-websocket-footprint).
-enum WebSocket {
+/// Why not a WebSocket library: see the README's "Web kiosks" section
+/// (measured with scripts/bench-websocket-footprint). `package`: the fuzz
+/// target reads byte streams through it.
+package enum WebSocket {
     static let acceptGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
     enum Opcode: UInt8 {
@@ -44,13 +45,13 @@ enum WebSocket {
         return out
     }
 
-    struct ProtocolError: Error, CustomStringConvertible {
-        let description: String
+    package struct ProtocolError: Error, CustomStringConvertible {
+        package let description: String
         init(_ description: String) { self.description = description }
     }
 
     /// What the server sent, message by message.
-    enum Incoming: Equatable {
+    package enum Incoming: Equatable {
         case text([UInt8])
         /// A text message longer than the limit, skipped whole (its length).
         case skipped(Int)
@@ -63,8 +64,8 @@ enum WebSocket {
     /// arrive; it keeps what does not yet make a frame. A message longer
     /// than `limit` is not kept but skipped (the stream stays in step);
     /// anything RFC 6455 forbids a server is a `ProtocolError`.
-    struct Decoder {
-        let limit: Int
+    package struct Decoder {
+        package let limit: Int
         private var buffer: [UInt8] = []
         private var start = 0
         /// The text message being reassembled from continuation frames.
@@ -73,12 +74,12 @@ enum WebSocket {
         private var messageLength = 0
         private var skipping = false
 
-        init(limit: Int) { self.limit = limit }
+        package init(limit: Int) { self.limit = limit }
 
         /// Bytes kept, not yet a whole frame.
-        var buffered: Int { buffer.count - start }
+        package var buffered: Int { buffer.count - start }
 
-        mutating func feed(_ bytes: UnsafeRawBufferPointer) {
+        package mutating func feed(_ bytes: UnsafeRawBufferPointer) {
             if start > 0, start == buffer.count {
                 buffer.removeAll(keepingCapacity: buffer.capacity <= 1 << 16)
                 start = 0
@@ -87,7 +88,7 @@ enum WebSocket {
         }
 
         /// The next complete message, or nil until more bytes come.
-        mutating func next() throws(ProtocolError) -> Incoming? {
+        package mutating func next() throws(ProtocolError) -> Incoming? {
             while true {
                 let available = buffer.count - start
                 guard available >= 2 else { return nil }

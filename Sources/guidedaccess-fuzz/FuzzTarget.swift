@@ -1,7 +1,9 @@
 // A libFuzzer target for what guidedaccessd does with the bytes of a message
 // before any state or the bus is involved: libdbus's parsing and validation,
 // the DBus layer's reading of the body, and the service's typed arguments and
-// the checks its handlers make first (ServiceCalls). No bus, no service.
+// the checks its handlers make first (ServiceCalls); and what the browser
+// layer does with a browser's WebSocket stream (DevToolsStream). No bus, no
+// service, no browser.
 //
 // Built with -sanitize=fuzzer,address by scripts/fuzz, which defines
 // GUIDEDACCESS_FUZZER: libFuzzer then provides main. In an ordinary build
@@ -17,6 +19,10 @@ enum FuzzTarget {
     /// One input, as the bytes of one message from the bus. A crash or a
     /// failed precondition is a finding; everything else returns.
     static func run(_ bytes: [UInt8]) {
+        if bytes.first == DevToolsStream.marker {
+            DevToolsStream.run(bytes.dropFirst())
+            return
+        }
         guard let message = try? Message.demarshal(bytes) else { return }
         readAsReceiver(message)
         guard message.kind == .methodCall else { return }

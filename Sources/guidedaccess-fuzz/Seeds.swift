@@ -15,6 +15,7 @@ enum Seeds {
         for (name, message) in try messages() {
             try Files.write(try delivered(message), to: "\(directory)/\(name)")
         }
+        for (name, bytes) in DevToolsStream.seeds() { try Files.write(bytes, to: "\(directory)/\(name)") }
         try Files.write(Array(dictionaryText().utf8), to: dictionary)
     }
 
@@ -144,6 +145,7 @@ enum Seeds {
         words += GuidedAccessSignal.allCases.map(\.rawValue) + Feature.allCases.map(\.rawValue)
         words += SessionOptionKey.allCases.map(\.rawValue) + RestrictionState.allCases.map(\.rawValue)
         words += ["org.example.kiosk.payments", "a{sv}", "a(sss)", "a(ssss)", "asb", "ss", "ssv", "(sss)", "as", "v"]
+        words += DevToolsStream.words
         return "# libFuzzer dictionary, written by guidedaccess-fuzz --write-seeds\n"
             + words.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }.map { "\"\($0)\"\n" }.joined()
     }

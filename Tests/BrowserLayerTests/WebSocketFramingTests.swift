@@ -129,3 +129,44 @@ import Testing
         #expect(PageScript.applying(nil).contains("const css = null;"))
     }
 }
+
+@Suite struct DevToolsMessageTests {
+    func read(_ text: String) throws(DevToolsFailure) -> DevToolsMessage { try DevToolsMessage(Array(text.utf8)) }
+
+    @Test func repliesAndEventsAreRead() throws {
+        guard case .reply(7, .success(let result)) = try read(#"{"id":7,"result":{"identifier":"3"}}"#) else {
+            Issue.record("not a reply")
+            return
+        }
+        #expect(result["identifier"]?.string == "3")
+        guard case .reply(8, .failure(let failure)) = try read(#"{"id":8,"error":{"code":-32000,"message":"No target"}}"#)
+        else {
+            Issue.record("not an error reply")
+            return
+        }
+        #expect(failure.description == "No target")
+        guard case .event(let event) = try read(#"{"method":"Target.detachedFromTarget","params":{"sessionId":"A"},"sessionId":"B"}"#)
+        else {
+            Issue.record("not an event")
+            return
+        }
+        #expect(event.method == "Target.detachedFromTarget" && event.params["sessionId"]?.string == "A" && event.sessionID == "B")
+    }
+
+    @Test(arguments: [
+        ("<html>", "not a DevTools message: invalid JSON"),
+        ("[1]", "not a DevTools message: not a JSON object"),
+        (#"{"id":"1","result":{}}"#, "not a DevTools message: an id that is not an integer"),
+        (#"{"id":1.5}"#, "not a DevTools message: an id that is not an integer"),
+        (#"{"result":{}}"#, "not a DevTools message: neither an id nor a method"),
+        (#"{"method":7}"#, "not a DevTools message: neither an id nor a method"),
+    ])
+    func anythingElseIsNotDevTools(text: String, reason: String) {
+        do {
+            _ = try read(text)
+            Issue.record("\(text) was taken")
+        } catch {
+            #expect(error.description.hasPrefix(reason), "\(error)")
+        }
+    }
+}
