@@ -68,6 +68,9 @@ actor DevToolsClient {
     private var nextID = 1
     private var pending: [Int: (continuation: CheckedContinuation<JSON, Error>, timer: Task<Void, Never>)] = [:]
     private var failure: DevToolsFailure?
+    /// Frames waiting for the one writer (`send`).
+    private var outbox: [[UInt8]] = []
+    private var writing = false
     private let onEvent: @Sendable (DevToolsEvent) -> Void
     private let onClose: @Sendable (DevToolsFailure) -> Void
     private let logger: Logger
@@ -142,7 +145,7 @@ actor DevToolsClient {
                     await self.resolve(id, .failure(DevToolsFailure("\(method) got no answer within \(timeout)")))
                 }
                 pending[id] = (continuation, timer)
-                Task(executorPreference: loop) { await self.send(frame) }
+                send(frame)
             }
         } catch let failure as DevToolsFailure {
             throw failure
@@ -158,12 +161,27 @@ actor DevToolsClient {
 
     // MARK: Inside
 
-    private func send(_ frame: [UInt8]) async {
-        do throws(DevToolsFailure) {
-            try await stream.write(frame)
-        } catch {
-            finish(error, notify: true)
+    /// Queues a frame. Frames go out whole and in order, one writer at a
+    /// time: a write that waits for room (a browser slow to read) must not
+    /// have another frame's bytes cut into it.
+    private func send(_ frame: [UInt8]) {
+        outbox.append(frame)
+        guard !writing else { return }
+        writing = true
+        Task(executorPreference: loop) { await self.writeOut() }
+    }
+
+    private func writeOut() async {
+        while failure == nil, !outbox.isEmpty {
+            let frame = outbox.removeFirst()
+            do throws(DevToolsFailure) {
+                try await stream.write(frame)
+            } catch {
+                finish(error, notify: true)
+            }
         }
+        outbox = []
+        writing = false
     }
 
     private func resolve(_ id: Int, _ result: Result<JSON, DevToolsFailure>) {
@@ -204,7 +222,7 @@ actor DevToolsClient {
             case .text(let bytes): try handle(bytes)
             case .skipped(let length):
                 logger.warning("browser layer: skipped a DevTools message of \(length) bytes (limit \(Self.messageLimit))")
-            case .ping(let payload): Task(executorPreference: loop) { await self.send(WebSocket.frame(.pong, payload)) }
+            case .ping(let payload): send(WebSocket.frame(.pong, payload))
             case .pong: break
             case .close: throw DevToolsFailure("the browser closed the WebSocket")
             }
