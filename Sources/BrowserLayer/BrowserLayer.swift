@@ -202,9 +202,26 @@ public actor BrowserLayer {
                 return
             }
         }
-        await settle(pages.keys.sorted().map { update($0) })
+        let updates = pages.keys.sorted().map { update($0) }
+        await settle(updates)
+        guard look == nil else { return }
+        // Every page put back — a slow one too, after its caller had its
+        // answer: then let go of them, so that nothing more comes.
+        Task(executorPreference: loop) {
+            for update in updates { await update.value }
+            await self.letGo(client)
+        }
+    }
+
+    private func letGo(_ client: DevToolsClient) async {
+        // A page attached meanwhile (a tab opened as the session ended) is
+        // put back first; one that fails is left out, so this ends.
+        for _ in 0..<8 {
+            guard look == nil, self.client === client, autoAttached else { return }
+            guard let session = pages.first(where: { !$0.value.known || $0.value.shown != nil })?.key else { break }
+            await update(session).value
+        }
         guard look == nil, self.client === client, autoAttached else { return }
-        // Every page put back: let go of them, so nothing more comes.
         leftoversPossible = false
         autoAttached = false
         pages = [:]
