@@ -354,6 +354,55 @@ def test_a_message_over_the_limit_is_skipped_and_the_stream_stays_in_step(env, f
     assert daemon.alive()
 
 
+def test_a_long_mixed_stream_in_random_pieces_stays_in_step(env, fake):
+    """Events small and large, messages over the limit (one fragmented, a
+    ping between its fragments), pings, all cut at random places: every
+    ping is answered, every message over the limit is skipped whole, and
+    the connection stays."""
+    import random
+
+    rng = random.Random(6455)
+    browser = fake(pages=1)
+    daemon = start(env, browser)
+    cleaned_up(browser)
+    stream, pings, big = [], [], []
+    for i in range(300):
+        roll = rng.random()
+        if roll < 0.6:
+            stream.append(text({"method": "Page.lifecycleEvent", "params": {"n": i, "x": "s" * rng.randint(0, 2000)}}))
+        elif roll < 0.8:
+            stream.append(text({"method": "Page.frameNavigated", "params": {"x": "m" * rng.randint(30_000, 70_000)}}))
+        elif roll < 0.98:
+            pings.append(f"ping {i}".encode())
+            stream.append(frame(0x9, pings[-1]))
+        else:
+            body = json.dumps({"method": "Page.frameNavigated", "params": {"x": "L" * rng.randint(1_100_000, 2_000_000)}})
+            big.append(len(body))
+            if len(big) % 2:
+                stream.append(frame(0x1, body))
+            else:
+                cut = rng.randint(10, len(body) - 10)
+                pings.append(f"between {i}".encode())
+                stream += [frame(0x1, body[:cut], fin=False), frame(0x9, pings[-1]), frame(0x0, body[cut:])]
+    data = b"".join(stream)
+    offset = 0
+    while offset < len(data):
+        size = rng.choice([1, 2, 7, 125, 4096, 16_383, 16_385, 65_537, 100_000])
+        browser.inject(data[offset:offset + size])
+        offset += size
+        if rng.random() < 0.05:
+            time.sleep(0.001)
+    browser.inject(frame(0x9, b"end"))
+    assert browser.wait(lambda: b"end" in browser.pongs, 20), f"{len(browser.pongs)} pongs of {len(pings) + 1}"
+    assert sorted(browser.pongs) == sorted(pings + [b"end"])
+    skipped = re.findall(r"skipped a DevTools message of (\d+) bytes", daemon.log())
+    assert sorted(map(int, skipped)) == sorted(big), (skipped, big)
+    assert len(browser.websockets()) == 1 and browser.live_websockets(), "the connection was lost"
+    rc, err, _ = start_session(env, "zoom")
+    assert rc == 0, err
+    assert wait_showed(browser, ["PAGE1"], "zoom: 2", conn=2), browser.summary()
+
+
 def test_a_stream_of_events_does_not_grow_the_service_memory(env, fake):
     """20 MB of events (a busy page) in frames whose ends rarely meet the
     end of a read: what the decoder has consumed must not pile up."""
