@@ -459,7 +459,7 @@ class FakeDevTools:
         if session is not None:
             if target is None:
                 c.send(text({"id": id_, "sessionId": session,
-                             "error": {"code": -32001, "message": f"Session with given id not found."}}))
+                             "error": {"code": -32001, "message": "Session with given id not found."}}))
             elif not hung:
                 c.send(text({"id": id_, "sessionId": session, "result": self._page_result(method)}))
             return

@@ -376,7 +376,8 @@ def test_a_long_mixed_stream_in_random_pieces_stays_in_step(env, fake):
             pings.append(f"ping {i}".encode())
             stream.append(frame(0x9, pings[-1]))
         else:
-            body = json.dumps({"method": "Page.frameNavigated", "params": {"x": "L" * rng.randint(1_100_000, 2_000_000)}})
+            size = rng.randint(1_100_000, 2_000_000)
+            body = json.dumps({"method": "Page.frameNavigated", "params": {"x": "L" * size}})
             big.append(len(body))
             if len(big) % 2:
                 stream.append(frame(0x1, body))
@@ -437,14 +438,15 @@ def _version_faults(port):
     bad_accept = (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                   b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
     return {
-        # /json/version: (attribute, value), words the log line must have
+        # /json/version: (attribute, value), what the log line must say (a regex)
         "not-json": (("version_answer", _version("not json!")), "/json/version: invalid JSON"),
         "not-http": (("version_answer", b"SSH-2.0-OpenSSH_9.2p1\r\n\r\n"), "/json/version: not an HTTP response"),
         "status-404": (("version_answer", _version("", "404 Not Found")), "/json/version: HTTP status 404"),
         "no-websocket-url": (("version_answer", _version('{"Browser": "x"}')), "no webSocketDebuggerUrl"),
         "over-64-kib": (("version_answer", b"HTTP/1.1 200 OK\r\n\r\n" + (" " * 70_000 + good).encode()),
                         "over 64 KiB"),
-        "content-length-over-64-kib": (("version_answer", _version(" " * 70_000 + good)), "Content-Length"),
+        "content-length-over-64-kib": (("version_answer", _version(" " * 70_000 + good)),
+                                       "Content-Length|over 64 KiB"),
         "content-length-negative": (("version_answer", _version(good, length=-1)), "Content-Length"),
         "content-length-overflow": (("version_answer", _version(good, length=2**63 - 1)), "Content-Length"),
         "foreign-host": (("ws_url", "ws://10.0.0.1:9222/devtools/browser/x"),
@@ -468,7 +470,7 @@ def test_garbage_instead_of_http_is_not_connected_and_named(env, fake, kind):
     line = log_line(daemon, "no browser at " + re.escape(browser.endpoint), 3.0)
     assert daemon.alive(), "guidedaccessd died:\n" + crash(daemon)
     assert line is not None, f"no log line naming the problem:\n{daemon.log()[-2000:]}"
-    assert named in line, f"{named!r} not in {line!r}"
+    assert re.search(named, line), f"{named!r} not in {line!r}"
     version_promptly(env)
     assert get(env, "SupportedFeatures") == []
     assert get(env, "Desktop") == "none"
@@ -651,7 +653,8 @@ def test_an_empty_devtools_endpoint_is_no_browser_layer(env, fake):
 
 def test_localhost_is_taken_as_127_0_0_1(env, fake):
     browser = fake(pages=1)
-    config = env.write_config(f"[Service]\nDesktop=none\n[Browser]\nDevToolsEndpoint=http://localhost:{browser.port}/\n")
+    config = env.write_config(
+        f"[Service]\nDesktop=none\n[Browser]\nDevToolsEndpoint=http://localhost:{browser.port}/\n")
     daemon = start_guidedaccessd(env, config=config)
     assert log_line(daemon, f"connected to FakeChrome/1.0 at http://127.0.0.1:{browser.port}", 3.0), (
         daemon.log()[-2000:])
