@@ -120,10 +120,12 @@ def auto_attach(endpoint, value, since=0.0, timeout=5.0):
     return found[0] if found else None
 
 
-def cleaned_up(endpoint):
+def cleaned_up(endpoint, daemon):
     """The start-up clean-up of pages (a service before may have left its
     style there) is over: auto-attach was turned off again."""
-    assert auto_attach(endpoint, False), f"no start-up clean-up of the pages:\n{endpoint.summary()}"
+    if not auto_attach(endpoint, False):
+        layer = "\n".join(line for line in daemon.log().splitlines() if "[BrowserLayer]" in line)
+        raise AssertionError(f"no start-up clean-up of the pages:\n{endpoint.summary()}\nthe service's log:\n{layer}")
 
 
 def log_line(daemon, pattern, timeout):
@@ -190,7 +192,7 @@ def tcp_peers(address_hex_port):
 def test_a_page_that_never_answers_holds_the_call_no_longer_than_the_cap_and_is_left_out(env, fake):
     browser = fake(pages=3)
     daemon = start(env, browser)
-    cleaned_up(browser)
+    cleaned_up(browser, daemon)
     browser.hung_targets.add("PAGE2")
     since = time.monotonic()
     call = busctl_in_background(env, "StartSession", *busctl_options(features=["invert-colors"]))
@@ -254,7 +256,7 @@ def test_a_browser_that_stops_answering_holds_the_call_no_longer_than_the_cap(en
     DevTools thread hung): the browser target's own commands time out."""
     browser = fake(pages=2)
     daemon = start(env, browser)
-    cleaned_up(browser)
+    cleaned_up(browser, daemon)
     browser.frozen = True
     since = time.monotonic()
     call = busctl_in_background(env, "StartSession", *busctl_options(features=["invert-colors"]))
@@ -292,7 +294,7 @@ def test_garbage_after_the_handshake_disconnects_and_a_session_reconnects(env, f
     raw, named = GARBAGE[kind]
     browser = fake(pages=2)
     daemon = start(env, browser)
-    cleaned_up(browser)
+    cleaned_up(browser, daemon)
     rec = Recorder(env)
     rec.clear()
     assert get(env, "Desktop") == "none+browser"
@@ -328,7 +330,7 @@ def test_garbage_after_the_handshake_disconnects_and_a_session_reconnects(env, f
 def test_a_message_over_the_limit_is_skipped_and_the_stream_stays_in_step(env, fake):
     browser = fake(pages=1)
     daemon = start(env, browser)
-    cleaned_up(browser)
+    cleaned_up(browser, daemon)
     big = json.dumps({"method": "Page.frameNavigated", "params": {"url": "data:," + "y" * 3_000_000}}).encode()
     whole = frame(0x1, big)
     for offset in range(0, len(whole), 333_333):  # in odd pieces
@@ -364,7 +366,7 @@ def test_a_long_mixed_stream_in_random_pieces_stays_in_step(env, fake):
     rng = random.Random(6455)
     browser = fake(pages=1)
     daemon = start(env, browser)
-    cleaned_up(browser)
+    cleaned_up(browser, daemon)
     stream, pings, big = [], [], []
     for i in range(300):
         roll = rng.random()
@@ -409,7 +411,7 @@ def test_a_stream_of_events_does_not_grow_the_service_memory(env, fake):
     end of a read: what the decoder has consumed must not pile up."""
     browser = fake(pages=1)
     daemon = start(env, browser)
-    cleaned_up(browser)
+    cleaned_up(browser, daemon)
     before = peak_rss_kib(daemon.process.pid)
     event = text({"method": "Page.lifecycleEvent", "params": {"name": "x" * (50_001 - 80)}})
     burst = event * (20_000_000 // len(event))
@@ -516,7 +518,7 @@ def test_idle_there_is_no_devtools_traffic_and_the_end_lets_go_of_the_pages(env,
     browser = fake(pages=2)
     browser.extra_targets = [("WORKER1", "service_worker")]
     daemon = start(env, browser)
-    cleaned_up(browser)
+    cleaned_up(browser, daemon)
     time.sleep(0.2)
     received, connections = len(browser.received()), len(browser.connections)
     before = wakeups(daemon.process.pid)
@@ -558,7 +560,7 @@ def test_idle_there_is_no_devtools_traffic_and_the_end_lets_go_of_the_pages(env,
 def test_a_connection_closed_mid_session_reconnects_with_back_off_and_shows_the_look_again(env, fake):
     browser = fake(pages=2)
     daemon = start(env, browser)
-    cleaned_up(browser)
+    cleaned_up(browser, daemon)
     rc, err, _ = start_session(env, "invert-colors")
     assert rc == 0, err
 
@@ -604,7 +606,7 @@ def test_a_connection_closed_mid_session_reconnects_with_back_off_and_shows_the_
 def test_with_no_session_a_lost_browser_is_looked_for_only_when_a_client_asks(env, fake):
     browser = fake(pages=2)
     daemon = start(env, browser)
-    cleaned_up(browser)
+    cleaned_up(browser, daemon)
     time.sleep(1.0)  # past the one look a second, counted from the start-up's
     rec = Recorder(env)
     rec.clear()
