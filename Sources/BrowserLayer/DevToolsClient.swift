@@ -276,7 +276,14 @@ actor DevToolsClient {
                 headerEnd = end
                 let head = try HTTPHead(response[..<end], what: "/json/version")
                 guard head.status == 200 else { throw DevToolsFailure("/json/version: HTTP status \(head.status)") }
-                contentLength = head.field("content-length").flatMap { Int($0) }
+                if let field = head.field("content-length") {
+                    // Digits, and no more than is read at all: a negative or
+                    // huge length would trap in the arithmetic above and below.
+                    guard !field.isEmpty, field.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let length = Int(field),
+                        length <= 65536
+                    else { throw DevToolsFailure("/json/version: a Content-Length of '\(bounded(field))'") }
+                    contentLength = length
+                }
             }
         }
         let body = Array(response[headerEnd!...].prefix(contentLength ?? Int.max))

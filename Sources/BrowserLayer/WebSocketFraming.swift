@@ -83,6 +83,12 @@ package enum WebSocket {
             if start > 0, start == buffer.count {
                 buffer.removeAll(keepingCapacity: buffer.capacity <= 1 << 16)
                 start = 0
+            } else if start >= 1 << 16, start >= buffer.count - start {
+                // What was handled goes also when reads rarely end where a
+                // frame does (a steady stream of events): no more is moved
+                // than was dropped.
+                buffer.removeSubrange(..<start)
+                start = 0
             }
             buffer.append(contentsOf: bytes)
         }
