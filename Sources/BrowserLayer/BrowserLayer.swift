@@ -2,6 +2,7 @@ import DBus
 import GuidedAccessAPI
 import GuidedAccessCore
 import Logging
+import Synchronization
 
 /// The session's features inside the kiosk browser's pages, through
 /// Chromium's DevTools protocol (spec: "Browser layer").
@@ -37,6 +38,9 @@ public actor BrowserLayer {
     /// killed, or lost the browser mid-session): removed once connected.
     private var leftoversPossible = false
     private var autoAttached = false
+    /// The `Target.setAutoAttach` under way: a second change waits for it,
+    /// so that it finds the pages attached.
+    private var attaching: Task<Void, Never>?
     private var pages: [String: Page] = [:]
     private var onChange: (@Sendable () -> Void)?
 
@@ -137,7 +141,9 @@ public actor BrowserLayer {
             lastProblem = nil
             logger.notice("browser layer: connected to \(client.browserVersion) at \(endpoint)")
             onChange?()
-            await reconcile()
+            // Not awaited: a call that connected first waits for the pages
+            // once, in its own `show`, within its own limit.
+            Task(executorPreference: loop) { await self.reconcile() }
             return true
         } catch {
             connecting = nil
@@ -171,6 +177,7 @@ public actor BrowserLayer {
         client = nil
         isConnected = false
         autoAttached = false
+        attaching = nil
         pages = [:]
         logger.warning("browser layer: lost the browser at \(endpoint): \(reason)")
         onChange?()
@@ -188,22 +195,17 @@ public actor BrowserLayer {
     /// and lets go of them.
     private func reconcile() async {
         guard let client else { return }
-        if look != nil || leftoversPossible, !autoAttached {
-            autoAttached = true
-            do throws(DevToolsFailure) {
-                // The browser attaches to the pages open now before it
-                // answers; `handle` takes each as it comes.
-                _ = try await client.call(
-                    "Target.setAutoAttach",
-                    [("autoAttach", .bool(true)), ("waitForDebuggerOnStart", .bool(false)), ("flatten", .bool(true))])
-            } catch {
-                logger.error("browser layer: cannot attach to the browser's pages: \(error)")
-                autoAttached = false
-                return
+        let deadline = ContinuousClock.now + Self.showWait
+        if look != nil || leftoversPossible {
+            if !autoAttached {
+                autoAttached = true
+                attaching = Task(executorPreference: loop) { await self.attachPages(client) }
             }
+            await attaching?.value
+            guard self.client === client, autoAttached else { return }
         }
         let updates = pages.keys.sorted().map { update($0) }
-        await settle(updates)
+        await settle(updates, until: deadline)
         guard look == nil else { return }
         // Every page put back — a slow one too, after its caller had its
         // answer: then let go of them, so that nothing more comes.
@@ -211,6 +213,26 @@ public actor BrowserLayer {
             for update in updates { await update.value }
             await self.letGo(client)
         }
+    }
+
+    /// Attaches to every page, now and to come. The browser attaches to the
+    /// pages open now before it answers; `handle` takes each as it comes. A
+    /// browser that does not answer within `showWait` is taken for frozen
+    /// and let go of, so that the calls of the session do not each wait
+    /// for it, and it is no longer claimed.
+    private func attachPages(_ client: DevToolsClient) async {
+        do throws(DevToolsFailure) {
+            _ = try await client.call(
+                "Target.setAutoAttach",
+                [("autoAttach", .bool(true)), ("waitForDebuggerOnStart", .bool(false)), ("flatten", .bool(true))],
+                timeout: Self.showWait)
+        } catch {
+            guard self.client === client else { return }
+            lost(DevToolsFailure("cannot attach to the browser's pages: \(error)"))
+            await client.close()
+            return
+        }
+        if self.client === client { attaching = nil }
     }
 
     private func letGo(_ client: DevToolsClient) async {
@@ -235,15 +257,23 @@ public actor BrowserLayer {
         }
     }
 
-    /// Waits for `tasks`, or `showWait`, whichever is first.
-    private func settle(_ tasks: [Task<Void, Never>]) async {
+    /// Waits for `tasks`, or until `deadline`, whichever is first. (A task
+    /// group would wait for its children however it is cancelled.)
+    private func settle(_ tasks: [Task<Void, Never>], until deadline: ContinuousClock.Instant) async {
         guard !tasks.isEmpty else { return }
         let loop = self.loop
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask(executorPreference: loop) { for task in tasks { await task.value } }
-            group.addTask(executorPreference: loop) { try? await loop.sleep(for: Self.showWait) }
-            await group.next()
-            group.cancelAll()
+        let first = FirstOf()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            first.arm(continuation)
+            let timer = Task(executorPreference: loop) {
+                try? await loop.sleep(for: deadline - ContinuousClock.now)
+                first.resume()
+            }
+            Task(executorPreference: loop) {
+                for task in tasks { await task.value }
+                timer.cancel()
+                first.resume()
+            }
         }
     }
 
@@ -344,5 +374,18 @@ public actor BrowserLayer {
         default:
             break  // Page events of attached pages: nothing to do.
         }
+    }
+}
+
+/// A continuation resumed by whichever of several comes first.
+private final class FirstOf: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Void, Never>?>(nil)
+
+    func arm(_ continuation: CheckedContinuation<Void, Never>) {
+        self.continuation.withLock { $0 = continuation }
+    }
+
+    func resume() {
+        continuation.withLock { $0.take() }?.resume()
     }
 }
