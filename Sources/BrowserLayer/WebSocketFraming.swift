@@ -76,6 +76,9 @@ package enum WebSocket {
 
         package init(limit: Int) { self.limit = limit }
 
+        /// The longest frame taken at all (64 MiB).
+        static let frameLengthLimit: UInt64 = 1 << 26
+
         /// Bytes kept, not yet a whole frame.
         package var buffered: Int { buffer.count - start }
 
@@ -111,7 +114,11 @@ package enum WebSocket {
                     guard available >= 10 else { return nil }
                     var value: UInt64 = 0
                     for i in 0..<8 { value = value << 8 | UInt64(buffer[start + 2 + i]) }
-                    guard value < 1 << 62 else { throw ProtocolError("a frame length of \(value) bytes") }
+                    // Skipped messages are not kept, but one that claims to be
+                    // this long would be waited out for ever: not DevTools.
+                    guard value <= Self.frameLengthLimit else {
+                        throw ProtocolError("a frame length of \(value) bytes (at most \(Self.frameLengthLimit))")
+                    }
                     length = Int(value)
                     header = 10
                 }

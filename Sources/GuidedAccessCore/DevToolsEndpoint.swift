@@ -27,7 +27,8 @@ public struct DevToolsEndpoint: Hashable, Sendable, CustomStringConvertible {
     /// when it is not one.
     public static func parse(_ text: String) -> Result<DevToolsEndpoint, EndpointError> {
         let scheme = "http://"
-        guard text.hasPrefix(scheme) else {
+        // A URL's scheme is case-insensitive (RFC 3986).
+        guard text.prefix(scheme.count).lowercased() == scheme else {
             return .failure(EndpointError("expected a loopback http:// address such as http://127.0.0.1:9222"))
         }
         var rest = Substring(text.dropFirst(scheme.count))
@@ -61,7 +62,10 @@ public struct DevToolsEndpoint: Hashable, Sendable, CustomStringConvertible {
         default:
             let octets = hostPart.split(separator: ".", omittingEmptySubsequences: false)
             let numbers = octets.compactMap { octet -> UInt8? in
-                guard !octet.isEmpty, octet.count <= 3, octet.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+                // No leading zeros: inet_aton would read 010 as octal.
+                guard !octet.isEmpty, octet.count <= 3, octet.allSatisfy({ $0.isASCII && $0.isNumber }),
+                    octet == "0" || !octet.hasPrefix("0")
+                else { return nil }
                 return UInt8(octet)
             }
             guard octets.count == 4, numbers.count == 4 else {

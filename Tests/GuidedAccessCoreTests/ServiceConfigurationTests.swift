@@ -150,6 +150,7 @@ import Testing
         #expect(try endpoint(" http://127.0.0.1:9222/ ")?.authority == "127.0.0.1:9222")
         #expect(try endpoint("http://127.3.2.1:1")?.address == .ipv4(127, 3, 2, 1))
         #expect(try endpoint("http://localhost:9222")?.description == "http://127.0.0.1:9222")
+        #expect(try endpoint("HTTP://127.0.0.1:9222")?.description == "http://127.0.0.1:9222")
         #expect(try endpoint("http://[::1]:9222")?.address == .ipv6Loopback)
         #expect(try endpoint("http://[::1]:9222")?.authority == "[::1]:9222")
         #expect(try endpoint("") == nil)
@@ -160,6 +161,7 @@ import Testing
         ("http://10.0.0.1:9222", "host '10.0.0.1' is not a loopback address"),
         ("http://example.com:9222", "host 'example.com' is not a loopback address"),
         ("http://127.1:9222", "host '127.1' is not a loopback address"),
+        ("http://127.000.0.1:9222", "host '127.000.0.1' is not a loopback address"),
         ("http://[::2]:9222", "host '[::2]' is not a loopback address"),
         ("http://0.0.0.0:9222", "host '0.0.0.0' is not a loopback address"),
         ("https://127.0.0.1:9222", "expected a loopback http:// address"),
