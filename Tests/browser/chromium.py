@@ -376,7 +376,12 @@ class Page:
 
     def screenshot(self, path):
         """The page's viewport as a PNG file (Page.captureScreenshot waits
-        for a fresh frame)."""
+        for a fresh frame). The tab is brought to the front first: a
+        background tab's capture, after a navigation in it while another
+        client had Page.enable and a new-document script on it, sometimes
+        never answers (Chromium 156 headless, seen one time in two); in
+        front it always does."""
+        self.call("Page.bringToFront")
         data = self.call("Page.captureScreenshot", format="png", fromSurface=True)["data"]
         Path(path).write_bytes(base64.b64decode(data))
         return Path(path)
