@@ -2,10 +2,12 @@
 (as the browser layer's contract describes it, on pages/kiosk.html) and
 whether a page is as it was before the service touched it.
 
-- zoom (factor 2): the 200x100 box is 400x200 pixels at (80, 480);
+- zoom (factor 2): the 200x100 box at (40, 240) is 400x200 pixels at
+  (80, 480) (factor f: 200f x 100f at (40f, 240f));
 - invert-colors: mean lightness 1 - before; white is black;
 - grayscale: mean saturation ~0;
 - large-text (1.5): default-size text is 24 px (its ink 1.5x as wide);
+  (scale s: 16s px);
 - high-contrast: matchMedia (prefers-contrast: more) and (forced-colors:
   active), and forced colours rendered (the page's own colours gone);
 - reduce-motion: matchMedia (prefers-reduced-motion: reduce);
@@ -25,7 +27,6 @@ import images
 ZOOM = 2.0
 TEXT_SCALE = 1.5
 WHITE_POINT = (1000, 430)  # white in the page at zoom 1 and 2, never text
-ZOOMED_BOX = (80, 480, 400, 200)  # images.BOX x ZOOM
 SHOW_TIMEOUT = 2.0  # ConfigureForSession replies once the pages have been told
 MEDIA_OFF = {"(prefers-contrast: more)": False, "(forced-colors: active)": False,
              "(prefers-reduced-motion: reduce)": False}
@@ -46,15 +47,22 @@ def measure_before(page, path):
     return Before(shot, images.lightness(shot), images.saturation(shot), images.ink_box(shot))
 
 
-def zoomed_box(shot):
-    """Where the box is if the page is zoomed ×2: the pixels around the
-    zoomed box's centre that have its colour (whatever invert and grayscale
-    made of it). Unzoomed, the centre is in the navy block, which is wider."""
-    colour = images.colour_at(shot, 280, 580)
-    return images.colour_box(shot, colour, region=(60, 460, 440, 240), fuzz="2%")
+def zoomed(region, factor):
+    return tuple(round(v * factor) for v in region)
 
 
-def shows(feature, page, shot, before, alone):
+def zoomed_box(shot, factor=ZOOM):
+    """Where the box is if the page is zoomed by `factor`: the pixels
+    around the zoomed box's centre that have its colour (whatever invert
+    and grayscale made of it), in a window 20 px wider than the zoomed box
+    each way, which is white in the page. Unzoomed (or zoomed otherwise),
+    the colour there is another block's or white, which fills more."""
+    x, y, w, h = zoomed(images.BOX, factor)
+    colour = images.colour_at(shot, x + w // 2, y + h // 2)
+    return images.colour_box(shot, colour, region=(x - 20, y - 20, w + 40, h + 40), fuzz="2%")
+
+
+def shows(feature, page, shot, before, alone, zoom=ZOOM, text_scale=TEXT_SCALE):
     """(whether the page shows `feature`, what was measured). `alone`: no
     other feature is on, so the stricter whole-page measurements apply."""
     if feature == "invert-colors":
@@ -69,16 +77,16 @@ def shows(feature, page, shot, before, alone):
         saturation = images.saturation(shot)
         return saturation < 0.02, f"mean saturation {before.saturation:.3f} -> {saturation:.3f}"
     if feature == "zoom":
-        box = zoomed_box(shot)
-        ok = box is not None and all(abs(a - b) <= 2 for a, b in zip(box, ZOOMED_BOX))
-        return ok, f"the 200x100 box is {box} in pixels (expected {ZOOMED_BOX})"
+        box, expected = zoomed_box(shot, zoom), zoomed(images.BOX, zoom)
+        ok = box is not None and all(abs(a - b) <= 2 for a, b in zip(box, expected))
+        return ok, f"the 200x100 box is {box} in pixels (expected {expected} at zoom {zoom})"
     if feature == "large-text":
         size = page.font_size("#text")
-        ok, what = abs(size - 16 * TEXT_SCALE) < 0.01, f"default-size text is {size} px"
+        ok, what = abs(size - 16 * text_scale) < 0.01, f"default-size text is {size} px (expected {16 * text_scale})"
         if alone:
             ink = images.ink_box(shot)
             ratio = ink[2] / before.ink[2] if ink else 0
-            ok = ok and 1.4 < ratio < 1.6
+            ok = ok and abs(ratio - text_scale) < 0.1
             what += f", its ink {before.ink} -> {ink} (x{ratio:.2f} wide)"
         return ok, what
     if feature == "high-contrast":

@@ -32,16 +32,16 @@ def adopt(page, css):
         "document.adoptedStyleSheets = sheets; })()")
 
 
-def by_hand(page, features):
+def by_hand(page, features, zoom=ZOOM, text_scale=TEXT_SCALE):
     """The browser layer's changes for `features` (its contract), made by
     this session of the test's own."""
     declarations = []
     if "invert-colors" in features:
         declarations.append("filter: invert(1) !important")
     if "zoom" in features:
-        declarations.append(f"zoom: {ZOOM} !important")
+        declarations.append(f"zoom: {zoom} !important")
     if "large-text" in features:
-        declarations.append(f"font-size: {TEXT_SCALE * 100}% !important")
+        declarations.append(f"font-size: {text_scale * 100}% !important")
     adopt(page, "html { " + "; ".join(declarations) + " }" if declarations else None)
     page.call("Emulation.setEmulatedVisionDeficiency", type="achromatopsia" if "grayscale" in features else "none")
     media = []
@@ -237,5 +237,20 @@ def test_the_features_together_are_each_measured_and_none_is_mistaken_for_anothe
         shot = page.screenshot(tmp_path / f"without-{missing}.png")
         measured = {f: shows(f, page, shot, before, alone=False)[0] for f in TOGETHER}
         assert measured == {f: f != missing for f in TOGETHER}, f"without {missing}: {measured}"
+    by_hand(own, [])
+    wait_until_as_before(page, before, tmp_path / "off.png", timeout=0.5)
+
+
+def test_other_factors_made_by_hand_are_measured_with_them_and_not_with_the_defaults(browser, tmp_path):
+    page, own = browser.page(), browser.page()
+    before = measure_before(page, tmp_path / "before.png")
+    for feature in ("zoom", "large-text"):
+        by_hand(own, [feature], zoom=1.5, text_scale=1.25)
+        shot = page.screenshot(tmp_path / f"{feature}.png")
+        ok, what = shows(feature, page, shot, before, alone=True, zoom=1.5, text_scale=1.25)
+        print(f"\n{feature} by hand at zoom 1.5, text 1.25: {what}")
+        assert ok, what
+        ok, what = shows(feature, page, shot, before, alone=True)
+        assert not ok, f"{feature} at 1.5/1.25 is measured as the default factors: {what}"
     by_hand(own, [])
     wait_until_as_before(page, before, tmp_path / "off.png", timeout=0.5)
