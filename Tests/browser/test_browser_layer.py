@@ -38,7 +38,9 @@ from gadaemon import (
     DAEMON_BINARY, GA_ERROR, IFACE, NAME, PATH, ErrorMonitor, Recorder, busctl_features, busctl_options, pump,
     pump_for,
 )
-from looks import SHOW_TIMEOUT, TEXT_SCALE, ZOOM, measure_before, shows, wait_until_as_before, wait_until_shows
+from looks import (
+    SHOW_TIMEOUT, TEXT_SCALE, ZOOM, measure_before, shows, wait_for_look, wait_until_as_before, wait_until_shows,
+)
 
 BROWSER_FEATURES = ["grayscale", "high-contrast", "invert-colors", "large-text", "reduce-motion", "zoom"]
 # Every feature whose measurement does not hide another's: what the
@@ -212,6 +214,17 @@ def test_while_idle_the_service_does_not_look_for_a_browser_until_a_client_reads
     wait_for_browser(ga_env, timeout=5)
 
 
+def test_a_browser_that_goes_away_takes_its_features_out_of_supported_features(ga_env, browser):
+    start_service(ga_env, browser.endpoint)
+    wait_for_browser(ga_env, timeout=5)
+    recorder = Recorder(ga_env)
+    browser.kill9()
+    gone = ("PropertiesChanged", {"Desktop": "none", "SupportedFeatures": []}, [])
+    assert pump(lambda: gone in recorder.events, 5), f"no PropertiesChanged for the browser leaving: {recorder.events}"
+    assert prop(ga_env, "Desktop") == "none"
+    assert not set(BROWSER_FEATURES) & set(prop(ga_env, "SupportedFeatures"))
+
+
 # ---------------------------------------------------------------- features in pages
 
 
@@ -225,6 +238,20 @@ def test_a_feature_turned_on_shows_in_every_open_page_and_turned_off_leaves_them
     print(f"\n{feature}: shown in both tabs; screenshots before it showed: {tries} (0 = at once after the reply)")
     configure(kiosk.env, [feature], False)
     kiosk.as_before("off")
+    end_session(kiosk.env)
+    kiosk.as_before("ended")
+
+
+def test_the_sessions_zoom_factor_and_text_scale_are_what_the_pages_show(kiosk, tmp_path):
+    kiosk.start()
+    busctl(kiosk.env, "StartSession", *busctl_options(
+        features=["zoom", "large-text"], zoom_factor=("d", 1.5), text_scale=("d", 1.25)))
+    page, before = kiosk.pages[0], kiosk.before[0]
+    for feature in ("zoom", "large-text"):
+        def check(shot, feature=feature):
+            return shows(feature, page, shot, before, alone=False, zoom=1.5, text_scale=1.25)
+
+        wait_for_look(page, tmp_path / f"{feature}.png", check, f"{feature} at zoom 1.5, text 1.25", SHOW_TIMEOUT)
     end_session(kiosk.env)
     kiosk.as_before("ended")
 
