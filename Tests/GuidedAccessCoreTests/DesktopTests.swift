@@ -57,7 +57,15 @@ import Testing
 @Suite struct FeatureRealisationTests {
     @Test func gnomeShellWithGnomeSessionRealisesEveryFeatureThroughTheKeys() {
         let realisation = Desktop.gnomeShell.realisation(sessionStartsScreenReader: true)
-        #expect(realisation == FeatureRealisation(byKeys: Set(Feature.allCases), byProgram: []))
+        #expect(realisation == FeatureRealisation(byKeys: Set(Feature.allCases), byProgram: [], wholeScreen: true))
+    }
+
+    /// Only the shell draws its features over the whole screen (a browser
+    /// layer leaves them to it); elsewhere the keys reach GTK apps only.
+    @Test func onlyGnomeShellRealisesItsKeysForTheWholeScreen() {
+        for desktop in Desktop.allCases {
+            #expect(desktop.realisation(sessionStartsScreenReader: false).wholeScreen == (desktop == .gnomeShell), "\(desktop)")
+        }
     }
 
     @Test func aBareGnomeShellGetsItsScreenReaderFromTheService() {

@@ -661,3 +661,20 @@ def test_localhost_is_taken_as_127_0_0_1(env, fake):
     assert log_line(daemon, f"connected to FakeChrome/1.0 at http://127.0.0.1:{browser.port}", 3.0), (
         daemon.log()[-2000:])
     assert get(env, "Desktop") == "none+browser"
+
+
+def test_on_gnome_shell_the_shell_keeps_its_features_and_the_pages_get_nothing(env, fake):
+    """gnome-shell draws zoom and the colour filters over the whole screen:
+    the browser layer, connected all the same, leaves them to it — nothing
+    goes to the pages during a session that has them."""
+    endpoint = fake(pages=2)
+    daemon = start_guidedaccessd(
+        env, config=env.write_config(endpoint.config(service="[Service]\nDesktop=gnome-shell\n")))
+    cleaned_up(endpoint, daemon)
+    assert get(env, "Desktop") == "gnome-shell+browser"
+    since = time.monotonic()
+    rc, err, _ = start_session(env, "invert-colors", "zoom", "large-text")
+    assert rc == 0, err
+    time.sleep(0.5)
+    assert endpoint.received(since=since) == [], endpoint.summary()
+    assert env.busctl_call("EndSession")[0] == 0
