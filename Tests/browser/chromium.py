@@ -38,7 +38,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import sys
 from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parent.parent / "desktop"))
+from gnomeshell import session_and_state  # noqa: E402
 
 CHROMIUM = os.environ.get("GA_CHROMIUM", "/usr/bin/chromium")
 WIDTH, HEIGHT = 1280, 800
@@ -73,16 +77,6 @@ def _setup():
     _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _session_of(pid):
-    """(session id, state) of a process, or None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # state ppid pgrp session ...
-    return int(fields[3]), fields[0]
-
-
 def _marked(pid, mark):
     try:
         return mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -96,7 +90,7 @@ def processes_of(sessions, mark):
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            info = _session_of(int(entry))
+            info = session_and_state(int(entry))
             if info and info[1] != "Z" and (info[0] in sessions or _marked(entry, mark)):
                 found.append(int(entry))
     return found

@@ -7,8 +7,11 @@ Regions are (x, y, width, height) in screenshot pixels. Everything is
 measured on STILL, the page without its animated strip (y >= 720), unless a
 region is given."""
 
-import subprocess
+import sys
 from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parent.parent / "desktop"))
+from gnomeshell import crop, magick  # noqa: E402
 
 TOOLS = {name: f"/usr/bin/{name}" for name in ("convert", "compare", "identify", "montage")}
 
@@ -22,18 +25,6 @@ BOX_COLOUR = "#ff00ff"
 
 def missing():
     return [path for path in TOOLS.values() if not Path(path).exists()]
-
-
-def magick(tool, *args, check=True):
-    done = subprocess.run([TOOLS[tool], *map(str, args)], capture_output=True, text=True, timeout=60)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"{tool} {' '.join(map(str, args))}: {done.stderr.strip()}")
-    return done
-
-
-def crop(region):
-    x, y, w, h = region
-    return ["-crop", f"{w}x{h}+{x}+{y}", "+repage"]
 
 
 def size(path):

@@ -140,7 +140,7 @@ def _child_setup(namespace):
     return setup
 
 
-def _session_and_state(pid):
+def session_and_state(pid):
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -154,7 +154,7 @@ def processes_in_sessions(sessions):
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            info = _session_and_state(int(entry))
+            info = session_and_state(int(entry))
             if info and info[0] in sessions and info[1] != "Z":
                 found.append(int(entry))
     return found
@@ -171,7 +171,7 @@ def processes_in_mount_namespace(namespace):
                     continue
             except OSError:
                 continue
-            info = _session_and_state(int(entry))
+            info = session_and_state(int(entry))
             if info and info[1] != "Z":
                 found.append(int(entry))
     return found
@@ -524,7 +524,9 @@ class Desktop:
 
 
 def magick(tool, *args, check=True, binary=False):
-    done = subprocess.run([TOOLS[tool], *map(str, args)], capture_output=True, text=not binary, timeout=60)
+    """An ImageMagick tool (convert, compare, identify, montage) from /usr/bin;
+    also the browser suite's (Tests/browser/images.py)."""
+    done = subprocess.run([f"/usr/bin/{tool}", *map(str, args)], capture_output=True, text=not binary, timeout=60)
     if check and done.returncode != 0:
         raise RuntimeError(f"{tool} {' '.join(map(str, args))}: {done.stderr}")
     return done
