@@ -16,7 +16,11 @@ import Testing
         return out + payload
     }
 
-    func decode(_ bytes: [UInt8], limit: Int = 1 << 20, chunk: Int = .max) throws -> [WebSocket.Incoming] {
+    /// The messages of `bytes` fed `chunk` bytes at a time; `afterEach`
+    /// sees the decoder after each read's messages are taken.
+    func decode(
+        _ bytes: [UInt8], limit: Int = 1 << 20, chunk: Int = .max, afterEach: (WebSocket.Decoder) -> Void = { _ in }
+    ) throws -> [WebSocket.Incoming] {
         var decoder = WebSocket.Decoder(limit: limit)
         var out: [WebSocket.Incoming] = []
         var offset = 0
@@ -25,6 +29,7 @@ import Testing
             bytes[offset..<end].withUnsafeBytes { decoder.feed($0) }
             offset = end
             while let message = try decoder.next() { out.append(message) }
+            afterEach(decoder)
         }
         return out
     }
@@ -67,14 +72,7 @@ import Testing
         let stream = serverFrame(0x1, Array(big[..<3000]), fin: false) + serverFrame(0x0, Array(big[3000...]))
             + serverFrame(0x1, after)
         for chunk in [1, 100, .max] {
-            var decoder = WebSocket.Decoder(limit: 1000)
-            var messages: [WebSocket.Incoming] = []
-            var offset = 0
-            while offset < stream.count {
-                let end = min(stream.count, offset + chunk)
-                stream[offset..<end].withUnsafeBytes { decoder.feed($0) }
-                offset = end
-                while let message = try decoder.next() { messages.append(message) }
+            let messages = try decode(stream, limit: 1000, chunk: chunk) { decoder in
                 #expect(decoder.buffered <= 1100, "kept \(decoder.buffered) bytes of a message being skipped")
             }
             #expect(messages == [.skipped(5000), .text(after)], "chunk \(chunk)")

@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent.parent / "desktop"))
-from gnomeshell import session_and_state  # noqa: E402
+from gnomeshell import kill_all, session_and_state  # noqa: E402
 
 CHROMIUM = os.environ.get("GA_CHROMIUM", "/usr/bin/chromium")
 WIDTH, HEIGHT = 1280, 800
@@ -94,28 +94,6 @@ def processes_of(sessions, mark):
             if info and info[1] != "Z" and (info[0] in sessions or _marked(entry, mark)):
                 found.append(int(entry))
     return found
-
-
-def _kill_all(sessions, mark, children):
-    """SIGSTOP then SIGKILL to every process of processes_of() until none
-    is left (stopped first, so that none forks another meanwhile); reaps
-    the Popen `children`."""
-    for _ in range(50):
-        pids = processes_of(sessions, mark)
-        if not pids:
-            break
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-        time.sleep(0.02)
-    for process in children:
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 class DevToolsError(RuntimeError):
@@ -191,7 +169,7 @@ class Chromium:
         """SIGKILL to every process of this browser (a crash, as the kiosk
         sees it); returns when the endpoint no longer answers."""
         self._close_pages()
-        _kill_all(self.sessions, self.mark.encode(), self._children)
+        kill_all(lambda: processes_of(self.sessions, self.mark.encode()), self._children)
         deadline = time.monotonic() + 5
         while self._answers():
             if time.monotonic() > deadline:
@@ -217,7 +195,7 @@ class Chromium:
         if self in _LIVE:
             _LIVE.remove(self)
         self._close_pages()
-        _kill_all(self.sessions, self.mark.encode(), self._children)
+        kill_all(lambda: processes_of(self.sessions, self.mark.encode()), self._children)
         self._log.close()
         return self.processes()
 
