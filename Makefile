@@ -14,6 +14,7 @@ SYSTEMDUSERUNITDIR ?= $(or $(shell pkg-config --variable=systemduserunitdir syst
 DBUSSYSTEMSERVICEDIR ?= $(DATADIR)/dbus-1/system-services
 DBUSSESSIONSERVICEDIR ?= $(DATADIR)/dbus-1/services
 DBUSSYSTEMCONFDIR ?= $(DATADIR)/dbus-1/system.d
+DBUSINTERFACESDIR ?= $(DATADIR)/dbus-1/interfaces
 POLKITACTIONDIR ?= $(DATADIR)/polkit-1/actions
 
 # The binary to install; check-system-files may be pointed at a debug build.
@@ -75,6 +76,7 @@ install: $(GUIDEDACCESSD)
 	    $(DESTDIR)$(DBUSSESSIONSERVICEDIR)/org.guidedaccess.GuidedAccess1.service
 	install -m 0644 systemd/org.guidedaccess.GuidedAccess1.conf $(DESTDIR)$(DBUSSYSTEMCONFDIR)/
 	install -m 0644 systemd/org.guidedaccess.GuidedAccess1.policy $(DESTDIR)$(POLKITACTIONDIR)/
+	install -D -m 0644 docs/org.guidedaccess.GuidedAccess1.xml $(DESTDIR)$(DBUSINTERFACESDIR)/org.guidedaccess.GuidedAccess1.xml
 	install -m 0644 systemd/guidedaccess.conf.example $(DESTDIR)$(DOCDIR)/examples/guidedaccess.conf
 	install -D -m 0755 systemd/guidedaccess-dconf-profile $(DESTDIR)$(PREFIX)/sbin/guidedaccess-dconf-profile
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md

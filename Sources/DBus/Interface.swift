@@ -9,11 +9,23 @@ public struct Interface: Sendable {
     public let methods: [Method]
     public let properties: [Property]
     public let signals: [Signal]
+    /// What the interface and each of its members are for, in the
+    /// introspection XML as `org.gtk.GDBus.DocString` annotations (which
+    /// gdbus-codegen reads): the interface's own under "", a member's under
+    /// its name.
+    public let documentation: [String: String]
 
-    public init(_ name: String, methods: [Method] = [], properties: [Property] = [], signals: [Signal] = []) {
+    public init(
+        _ name: String, documentation: [String: String] = [:], methods: [Method] = [], properties: [Property] = [],
+        signals: [Signal] = []
+    ) {
         precondition(DBusNames.isValidInterface(name), "'\(name)' is not a valid interface name")
-        for member in methods.map({ $0.name }) + properties.map({ $0.name }) + signals.map({ $0.name }) {
+        let members = methods.map({ $0.name }) + properties.map({ $0.name }) + signals.map({ $0.name })
+        for member in members {
             precondition(DBusNames.isValidMember(member), "'\(member)' is not a valid member name")
+        }
+        for key in documentation.keys {
+            precondition(key.isEmpty || members.contains(key), "documentation of '\(key)', which \(name) does not have")
         }
         precondition(Set(methods.map { $0.name }).count == methods.count, "duplicate method in \(name)")
         precondition(Set(properties.map { $0.name }).count == properties.count, "duplicate property in \(name)")
@@ -22,6 +34,13 @@ public struct Interface: Sendable {
         self.methods = methods
         self.properties = properties
         self.signals = signals
+        self.documentation = documentation
+    }
+
+    /// The interface alone as an introspection document, as installed in
+    /// /usr/share/dbus-1/interfaces/ for code generators and readers.
+    public var introspectionDocument: String {
+        Introspection.header + "<node>\n" + Introspection.xml(self) + "</node>\n"
     }
 
     public func method(_ name: String) -> Method? { methods.first { $0.name == name } }
@@ -387,38 +406,38 @@ enum Introspection {
     }
 
     static func xml(_ interface: Interface) -> String {
-        var out = "  <interface name=\"\(escape(interface.name))\">\n"
+        func doc(_ member: String, indent: String) -> String {
+            guard let text = interface.documentation[member] else { return "" }
+            return indent + "<annotation name=\"org.gtk.GDBus.DocString\" value=\"\(escape(text))\"/>\n"
+        }
+        var out = "  <interface name=\"\(escape(interface.name))\">\n" + doc("", indent: "    ")
         for method in interface.methods {
-            if method.inputs.isEmpty && method.outputs.isEmpty {
-                out += "    <method name=\"\(escape(method.name))\"/>\n"
-                continue
-            }
-            out += "    <method name=\"\(escape(method.name))\">\n"
-            for arg in method.inputs { out += argument(arg, direction: "in") }
-            for arg in method.outputs { out += argument(arg, direction: "out") }
-            out += "    </method>\n"
+            let inner = doc(method.name, indent: "      ")
+                + method.inputs.map { argument($0, direction: "in") }.joined()
+                + method.outputs.map { argument($0, direction: "out") }.joined()
+            out += element("method", method.name, inner)
         }
         for signal in interface.signals {
-            if signal.arguments.isEmpty {
-                out += "    <signal name=\"\(escape(signal.name))\"/>\n"
-                continue
-            }
-            out += "    <signal name=\"\(escape(signal.name))\">\n"
-            for arg in signal.arguments { out += argument(arg, direction: nil) }
-            out += "    </signal>\n"
+            let inner = doc(signal.name, indent: "      ") + signal.arguments.map { argument($0, direction: nil) }.joined()
+            out += element("signal", signal.name, inner)
         }
         for property in interface.properties {
             let access = property.isWritable ? "readwrite" : "read"
-            let open = "    <property name=\"\(escape(property.name))\" type=\"\(escape(property.type.signature))\" access=\"\(access)\""
-            if property.changes == .emitsValue {
-                out += open + "/>\n"
-            } else {
-                out += open + ">\n"
-                out += "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(property.changes.rawValue)\"/>\n"
-                out += "    </property>\n"
+            var inner = doc(property.name, indent: "      ")
+            if property.changes != .emitsValue {
+                inner += "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(property.changes.rawValue)\"/>\n"
             }
+            out += element(
+                "property", property.name, inner,
+                attributes: " type=\"\(escape(property.type.signature))\" access=\"\(access)\"")
         }
         return out + "  </interface>\n"
+    }
+
+    /// A member's element, closed at once when it has nothing inside.
+    private static func element(_ kind: String, _ name: String, _ inner: String, attributes: String = "") -> String {
+        let open = "    <\(kind) name=\"\(escape(name))\"\(attributes)"
+        return inner.isEmpty ? open + "/>\n" : open + ">\n" + inner + "    </\(kind)>\n"
     }
 
     private static func argument(_ arg: any ArgumentDeclaration, direction: String?) -> String {
@@ -434,7 +453,9 @@ enum Introspection {
             case "<": out += "&lt;"
             case ">": out += "&gt;"
             case "\"": out += "&quot;"
-            case "'": out += "&apos;"
+            // Kept through attribute-value normalisation, which makes
+            // a literal line break a space.
+            case "\n": out += "&#10;"
             default: out.append(c)
             }
         }

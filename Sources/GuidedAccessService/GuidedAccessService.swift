@@ -218,74 +218,96 @@ public actor GuidedAccessService {
 
     // MARK: The interface
 
-    func interface() -> Interface {
+    /// The interface as the bus serves it, handled by this service.
+    func interface() -> Interface { Self.interface(handledBy: self) }
+
+    /// The interface as declared, with its documentation and without a
+    /// service behind it: `guidedaccessd --print-introspection` prints its
+    /// `introspectionDocument`, the XML installed in
+    /// /usr/share/dbus-1/interfaces/.
+    public static var declaration: Interface { interface(handledBy: nil) }
+
+    /// The one declaration of `org.guidedaccess.GuidedAccess1`: the bus's
+    /// dispatch, its introspection and the installed XML all come from here.
+    /// Handlers of a declaration without a service (`handledBy: nil`) are
+    /// never called: no connection exports it.
+    private static func interface(handledBy service: GuidedAccessService?) -> Interface {
         Interface(
             GuidedAccessBus.interface,
+            documentation: InterfaceDocumentation.text,
             methods: [
                 Method(
                     GuidedAccessMethod.startSession.rawValue,
                     MethodArguments.options
-                ) { [self] call, options in
-                    try await audited(call) { try await self.startSession(call, options) }
+                ) { call, options in
+                    let service = try on(service)
+                    try await service.audited(call) { try await service.startSession(call, options) }
                 },
-                Method(GuidedAccessMethod.endSession.rawValue) { [self] call in
-                    try await audited(call) { try await self.endSessionCall(call) }
+                Method(GuidedAccessMethod.endSession.rawValue) { call in
+                    let service = try on(service)
+                    try await service.audited(call) { try await service.endSessionCall(call) }
                 },
                 Method(
                     GuidedAccessMethod.configureForSession.rawValue,
                     MethodArguments.features, MethodArguments.enabled
-                ) { [self] call, features, enabled in
-                    try await audited(call) { try await self.configureForSession(call, features, enabled) }
+                ) { call, features, enabled in
+                    let service = try on(service)
+                    try await service.audited(call) { try await service.configureForSession(call, features, enabled) }
                 },
                 Method(
                     GuidedAccessMethod.registerRestrictions.rawValue,
                     MethodArguments.restrictions
-                ) { [self] call, batch in
-                    try await audited(call) { try await self.registerRestrictions(call, batch) }
+                ) { call, batch in
+                    let service = try on(service)
+                    try await service.audited(call) { try await service.registerRestrictions(call, batch) }
                 },
                 Method(
                     GuidedAccessMethod.unregisterRestrictions.rawValue,
                     MethodArguments.identifiers
-                ) { [self] call, identifiers in
-                    try await audited(call) { try await self.unregisterRestrictions(call, identifiers) }
+                ) { call, identifiers in
+                    let service = try on(service)
+                    try await service.audited(call) { try await service.unregisterRestrictions(call, identifiers) }
                 },
                 Method(
                     GuidedAccessMethod.setRestrictionState.rawValue, MethodArguments.identifier, MethodArguments.state
-                ) { [self] call, identifier, state in
-                    try await audited(call) { try await self.setRestrictionState(call, identifier, state) }
+                ) { call, identifier, state in
+                    let service = try on(service)
+                    try await service.audited(call) { try await service.setRestrictionState(call, identifier, state) }
                 },
                 Method(
                     GuidedAccessMethod.getRestrictionState.rawValue, MethodArguments.identifier,
                     returns: MethodArguments.state
-                ) { [self] _, identifier in
-                    try await restrictionState(identifier)
+                ) { _, identifier in
+                    try await on(service).restrictionState(identifier)
                 },
                 Method(
                     GuidedAccessMethod.listRestrictions.rawValue,
                     returns: Argument("restrictions", [Restriction].self)
-                ) { [self] _ in
-                    await restrictions
+                ) { _ in
+                    try await on(service).restrictions
                 },
             ],
             properties: [
-                Property(GuidedAccessProperty.sessionActive.rawValue, Bool.self) { [self] in await session != nil },
-                Property(GuidedAccessProperty.sessionOwner.rawValue, String.self) { [self] in
-                    await session?.ownerProperty ?? ""
+                Property(GuidedAccessProperty.sessionActive.rawValue, Bool.self) {
+                    await service?.session != nil
                 },
-                Property(GuidedAccessProperty.sessionDeadline.rawValue, UInt64.self) { [self] in
-                    await session?.deadlineUsec ?? 0
+                Property(GuidedAccessProperty.sessionOwner.rawValue, String.self) {
+                    await service?.session?.ownerProperty ?? ""
                 },
-                Property(GuidedAccessProperty.enabledFeatures.rawValue, [String].self) { [self] in
-                    (await session?.features ?? []).sortedWireNames
+                Property(GuidedAccessProperty.sessionDeadline.rawValue, UInt64.self) {
+                    await service?.session?.deadlineUsec ?? 0
+                },
+                Property(GuidedAccessProperty.enabledFeatures.rawValue, [String].self) {
+                    (await service?.session?.features ?? []).sortedWireNames
                 },
                 Property(
                     GuidedAccessProperty.supportedFeatures.rawValue, [String].self,
-                    get: { [self] in await supported.sortedWireNames }, onRead: browserLookout),
+                    get: { await service?.supported.sortedWireNames ?? [] }, onRead: service?.browserLookout),
                 Property(
                     GuidedAccessProperty.desktop.rawValue, String.self,
-                    get: { [self] in await desktopProperty() }, onRead: browserLookout),
-                Property(GuidedAccessProperty.backend.rawValue, String.self, changes: .constant) { [self] in
-                    backendName
+                    get: { await service?.desktopProperty() ?? "" }, onRead: service?.browserLookout),
+                Property(GuidedAccessProperty.backend.rawValue, String.self, changes: .constant) {
+                    service?.backendName ?? ""
                 },
                 Property(GuidedAccessProperty.version.rawValue, String.self, changes: .constant) {
                     GuidedAccessService.version
@@ -299,6 +321,11 @@ public actor GuidedAccessService {
                     GuidedAccessSignal.restrictionChanged.rawValue, Argument("identifier", String.self),
                     Argument("state", String.self)),
             ])
+    }
+
+    private static func on(_ service: GuidedAccessService?) throws -> GuidedAccessService {
+        guard let service else { throw DBusError.failed("the interface is not served") }
+        return service
     }
 
     // MARK: Announcements

@@ -11,9 +11,9 @@ import GuidedAccessWire
 /// handler makes before it identifies the caller; and the reply or error
 /// reply the dispatcher would build from that.
 ///
-/// The service's table (`GuidedAccessService.interface()`) cannot be built
-/// without a connection; its arguments (`MethodArguments`) and first checks
-/// are the service's own, and a new method is added to `methods` below.
+/// The service's table (`GuidedAccessService.interface()`) answers with the
+/// service's state and its bus; its arguments (`MethodArguments`) and first
+/// checks are the service's own, and a new method is added to `methods` below.
 enum ServiceCalls {
     /// One method: its declaration as `Method` (which gives the signature the
     /// dispatcher checks), and its arguments decoded and checked.

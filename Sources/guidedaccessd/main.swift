@@ -1,4 +1,5 @@
 // guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR]
+// guidedaccessd --print-introspection
 //
 // The GuidedAccess service: org.guidedaccess.GuidedAccess1 on the session
 // bus (user mode) or the system bus (system mode).
@@ -40,7 +41,9 @@ func fail(_ message: String, code: Int32 = 1) -> Never {
     exit(code)
 }
 
-let usage = "usage: guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR]"
+let usage =
+    "usage: guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR]"
+    + " | --print-introspection | --version | --help"
 
 // MARK: Command line
 
@@ -65,6 +68,10 @@ while let argument = arguments.next() {
         exit(0)
     case "--version":
         print("guidedaccessd \(GuidedAccessService.version)")
+        exit(0)
+    case "--print-introspection":
+        // The interface's XML as served, for /usr/share/dbus-1/interfaces/.
+        print(GuidedAccessService.declaration.introspectionDocument, terminator: "")
         exit(0)
     default: fail("unknown argument '\(argument)'; \(usage)", code: 2)
     }

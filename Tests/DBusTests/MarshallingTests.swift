@@ -268,6 +268,33 @@ struct Item: DBusRepresentable {
         #expect(xml == Introspection.header + "<node>\n" + Introspection.standardInterfaces + expected)
     }
 
+    /// Documentation is `org.gtk.GDBus.DocString` annotations, first in
+    /// each element, its line breaks kept through attribute normalisation;
+    /// `introspectionDocument` is the interface alone, as installed.
+    @Test func documentationBecomesDocStringAnnotations() {
+        let documented = Interface(
+            "org.example.Thing1",
+            documentation: ["": "A thing.", "Stop": "Stops <it>.\nAt once.", "Active": "Whether \"on\"."],
+            methods: [Method("Stop") { _ in }, Method("Go") { _ in }],
+            properties: [Property("Active", Bool.self) { false }])
+        let expected = """
+            <node>
+              <interface name="org.example.Thing1">
+                <annotation name="org.gtk.GDBus.DocString" value="A thing."/>
+                <method name="Stop">
+                  <annotation name="org.gtk.GDBus.DocString" value="Stops &lt;it&gt;.&#10;At once."/>
+                </method>
+                <method name="Go"/>
+                <property name="Active" type="b" access="read">
+                  <annotation name="org.gtk.GDBus.DocString" value="Whether &quot;on&quot;."/>
+                </property>
+              </interface>
+            </node>
+
+            """
+        #expect(documented.introspectionDocument == Introspection.header + expected)
+    }
+
     @Test func signaturesDeriveFromTheDeclaration() {
         #expect(interface.method("Start")?.inputSignature == "a{sv}")
         #expect(interface.method("List")?.outputSignature == "a(ssss)")

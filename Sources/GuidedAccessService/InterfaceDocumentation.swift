@@ -1,0 +1,94 @@
+/// What `org.guidedaccess.GuidedAccess1` and each of its members are for,
+/// carried by the introspection XML (`org.gtk.GDBus.DocString`). The full
+/// reference, with examples, is docs/dbus-api.md.
+enum InterfaceDocumentation {
+    static let text: [String: String] = [
+        "": """
+        Guided Access for a Linux kiosk: accessibility features (screen reader, zoom, invert colors, \
+        grayscale, high contrast, large text, on-screen keyboard, reduce motion) and custom restrictions \
+        for the length of one customer's session, every change undone when it ends, also after a crash \
+        or a reboot. Errors are org.guidedaccess.GuidedAccess1.Error.NotAuthorized, NotInSession, \
+        SessionBusy, UnknownFeature, UnsupportedFeature, UnknownRestriction, LimitExceeded and \
+        BackendFailed, each with a message naming the offending value; malformed arguments are \
+        org.freedesktop.DBus.Error.InvalidArgs. Arguments are checked first, then whether the caller \
+        is admitted, then the session's state, then ownership.
+        """,
+        "StartSession": """
+        Begins a session owned by the caller (a client: [Clients] or polkit's \
+        org.guidedaccess.GuidedAccess1.start-session). Options, all optional: time-limit (t, seconds, \
+        0 = none, at most 2678400), features (as, turned on as part of starting, all or nothing), \
+        zoom-factor (d, 1.0 to 32.0), text-scale (d, 1.0 to 3.0), inhibit-sleep (b). While a session \
+        is active the call is SessionBusy, except a take-over: with empty options, by a caller with the \
+        identity of an owner that has left the bus, which emits SessionChanged(true, "resumed"). \
+        Errors: InvalidArgs, UnknownFeature, UnsupportedFeature, NotAuthorized, SessionBusy, \
+        BackendFailed (nothing stays changed, no session starts).
+        """,
+        "EndSession": """
+        Ends the session: every key it wrote returns to its value from before the session (a key that \
+        was unset is unset again), every denied restriction returns to allow, the sleep inhibitor is \
+        released and the programs the service started stop. By the owner, a caller taking over, or an \
+        operator ([Operators] or polkit's org.guidedaccess.GuidedAccess1.end-session). Errors: \
+        NotInSession, NotAuthorized, BackendFailed (the session stays active and a retry is possible).
+        """,
+        "ConfigureForSession": """
+        Turns the named features on or off in the session, like UIAccessibility's \
+        configureForGuidedAccess(features:enabled:). Owner (or a caller taking over) only. All or \
+        nothing; turning on a feature that is on, or off one that is off, changes nothing; turning off \
+        an unsupported feature succeeds. Returns once the feature is delivered (a screen reader once \
+        it has been started). Features: screen-reader, zoom, invert-colors, grayscale, high-contrast, \
+        large-text, on-screen-keyboard, reduce-motion. Errors: InvalidArgs (empty list), \
+        UnknownFeature, UnsupportedFeature (turning on only), NotInSession, NotAuthorized, BackendFailed.
+        """,
+        "RegisterRestrictions": """
+        Registers custom restrictions as (identifier, text, detail), inside or outside a session; \
+        clients only. Identifier: 1 to 255 characters of [A-Za-z0-9._-]; text: 1 to 200 bytes; \
+        detail: 0 to 1000 bytes. Registering an identifier again updates its texts and keeps its \
+        state. The whole batch or none of it; at most 256 restrictions exist at once; they outlive \
+        their client and restarts of the service. Errors: InvalidArgs (also an empty list or a \
+        duplicate identifier), NotAuthorized, LimitExceeded.
+        """,
+        "UnregisterRestrictions": """
+        Removes restrictions; clients only; the whole batch or nothing; no signal for a removed \
+        restriction. Errors: InvalidArgs (empty list), UnknownRestriction, NotAuthorized.
+        """,
+        "SetRestrictionState": """
+        Sets a restriction to allow or deny for the rest of the session; operators only ([Operators] or \
+        polkit's org.guidedaccess.GuidedAccess1.manage-restrictions), inside a session only. Emits \
+        RestrictionChanged when the state changes. Errors: InvalidArgs (a state other than allow or \
+        deny), UnknownRestriction, NotAuthorized, NotInSession.
+        """,
+        "GetRestrictionState": """
+        A restriction's state, allow or deny; allow outside a session. Anyone may call it. Errors: \
+        UnknownRestriction.
+        """,
+        "ListRestrictions": """
+        Every registered restriction as (identifier, text, detail, state), sorted by identifier. \
+        Anyone may call it.
+        """,
+        "SessionActive": "Whether a session is active.",
+        "SessionOwner": """
+        The session owner's unique bus name; empty when there is no session or the owner has left the bus.
+        """,
+        "SessionDeadline": """
+        When the session's time limit ends it, in microseconds since the Unix epoch; 0 = no time limit.
+        """,
+        "EnabledFeatures": "The features on in this session, sorted; empty outside a session.",
+        "SupportedFeatures": """
+        The features this service can make real now for the person at the kiosk: on the detected \
+        desktop, through the browser layer, or by starting a program it needs; sorted. A feature whose \
+        setting exists but that nothing on this kiosk would act on is not listed.
+        """,
+        "Desktop": """
+        The graphical session the features act on, as detected: gnome-shell, kwin, sway, cage, labwc, \
+        wayfire, weston, x11 or none, followed by +browser while the browser layer is connected.
+        """,
+        "Backend": "The settings backend: gsettings, dconf or memory.",
+        "Version": "The service's version.",
+        "SessionChanged": """
+        A session started or ended. reason: started, resumed (a take-over), ended, time-limit or \
+        ended-by-operator. At a start it follows PropertiesChanged; at an end it follows the \
+        RestrictionChanged signals and PropertiesChanged. A method's signals are all sent before its reply.
+        """,
+        "RestrictionChanged": "A restriction's state changed: identifier, and allow or deny.",
+    ]
+}
