@@ -1,8 +1,13 @@
 # Build and install guidedaccessd with its systemd, D-Bus and polkit files.
-#   make                       release build (Swift standard library linked statically)
+#   make                       release build (Swift standard library linked statically),
+#                              man pages and shell completions
+#   make build                 the release builds of guidedaccessd and guidedaccessctl
 #   make build PRODUCT=NAME    another product built the same way (the benchmarks' helpers)
+#   make man                   the man pages, rendered with scdoc into .build/man
+#   make completions           guidedaccessctl's bash, zsh and fish completions into .build/completions
 #   make install DESTDIR=...   install under PREFIX (default /usr)
 #   make check-system-files    validate the system files on a staged install
+#   make check-docs            lint the man pages, check them against the programs, try the completions
 
 PREFIX ?= /usr
 LIBEXECDIR ?= $(PREFIX)/libexec
@@ -16,14 +21,26 @@ DBUSSESSIONSERVICEDIR ?= $(DATADIR)/dbus-1/services
 DBUSSYSTEMCONFDIR ?= $(DATADIR)/dbus-1/system.d
 DBUSINTERFACESDIR ?= $(DATADIR)/dbus-1/interfaces
 POLKITACTIONDIR ?= $(DATADIR)/polkit-1/actions
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(DATADIR)/man
+# Where each shell looks: bash-completion's and fish's own pkg-config
+# variables, and Debian's place for zsh (in zsh's default $fpath).
+BASHCOMPLETIONDIR ?= $(or $(shell pkg-config --variable=completionsdir bash-completion 2>/dev/null),$(DATADIR)/bash-completion/completions)
+ZSHCOMPLETIONDIR ?= $(DATADIR)/zsh/vendor-completions
+FISHCOMPLETIONDIR ?= $(or $(shell pkg-config --variable=completionsdir fish 2>/dev/null),$(DATADIR)/fish/vendor_completions.d)
 
 # The binary to install; check-system-files may be pointed at a debug build.
 GUIDEDACCESSD ?= .build/release/guidedaccessd
+# The command-line client to install, and to generate the completions with;
+# by default the one beside GUIDEDACCESSD, so that pointing GUIDEDACCESSD at
+# a debug build points this at the same build.
+GUIDEDACCESSCTL ?= $(dir $(GUIDEDACCESSD))guidedaccessctl
 
 SUBST = sed -e 's|@libexecdir@|$(LIBEXECDIR)|g'
 
-.PHONY: all build install check-system-files
-all: build
+.PHONY: all build install check-system-files man completions check-docs \
+    install-guidedaccessctl install-man install-completions
+all: build man completions
 
 # The release build as it ships, and the one the benchmarks measure
 # (scripts/lib.sh release_build): the Swift standard library linked in, and
@@ -54,12 +71,13 @@ SWIFT_RELEASE_BUILD = swift build -c release --static-swift-stdlib \
     -Xswiftc -Xfrontend -Xswiftc -disable-implicit-string-processing-module-import \
     -Xswiftc -Xfrontend -Xswiftc -function-sections \
     -Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic
-PRODUCT = guidedaccessd
+# One or more products (swift build takes one --product at a time).
+PRODUCT = guidedaccessd guidedaccessctl
 
 build:
-	$(SWIFT_RELEASE_BUILD) --product $(PRODUCT)
+	$(foreach product,$(PRODUCT),$(SWIFT_RELEASE_BUILD) --product $(product) &&) true
 
-.build/release/guidedaccessd: build
+.build/release/guidedaccessd .build/release/guidedaccessctl: build
 
 install: $(GUIDEDACCESSD)
 	install -D -m 0755 $(GUIDEDACCESSD) $(DESTDIR)$(LIBEXECDIR)/guidedaccessd
@@ -81,5 +99,55 @@ install: $(GUIDEDACCESSD)
 	install -D -m 0755 systemd/guidedaccess-dconf-profile $(DESTDIR)$(PREFIX)/sbin/guidedaccess-dconf-profile
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 
-check-system-files: $(GUIDEDACCESSD)
-	GUIDEDACCESSD=$(GUIDEDACCESSD) scripts/check-system-files
+check-system-files: $(GUIDEDACCESSD) $(GUIDEDACCESSCTL)
+	GUIDEDACCESSD=$(GUIDEDACCESSD) GUIDEDACCESSCTL=$(GUIDEDACCESSCTL) scripts/check-system-files
+
+# guidedaccessctl, the man pages and the completions: build output under
+# .build (git-ignored), rendered and generated here rather than committed.
+# Compressing the pages is left to packaging (dh_installman, dh_compress).
+MANPAGES = .build/man/guidedaccessd.8 .build/man/guidedaccessctl.1 .build/man/guidedaccess.conf.5
+COMPLETIONS = .build/completions/guidedaccessctl.bash .build/completions/_guidedaccessctl \
+    .build/completions/guidedaccessctl.fish
+
+man: $(MANPAGES)
+
+.build/man/%: docs/man/%.scd
+	@mkdir -p .build/man
+	scdoc < $< > $@.tmp
+	mv $@.tmp $@
+
+# swift-argument-parser writes them from the command's own definition.
+completions: $(COMPLETIONS)
+
+.build/completions/guidedaccessctl.bash: $(GUIDEDACCESSCTL)
+	@mkdir -p .build/completions
+	$(GUIDEDACCESSCTL) --generate-completion-script bash > $@.tmp
+	mv $@.tmp $@
+
+.build/completions/_guidedaccessctl: $(GUIDEDACCESSCTL)
+	@mkdir -p .build/completions
+	$(GUIDEDACCESSCTL) --generate-completion-script zsh > $@.tmp
+	mv $@.tmp $@
+
+.build/completions/guidedaccessctl.fish: $(GUIDEDACCESSCTL)
+	@mkdir -p .build/completions
+	$(GUIDEDACCESSCTL) --generate-completion-script fish > $@.tmp
+	mv $@.tmp $@
+
+install: install-guidedaccessctl install-man install-completions
+
+install-guidedaccessctl: $(GUIDEDACCESSCTL)
+	install -D -m 0755 $(GUIDEDACCESSCTL) $(DESTDIR)$(BINDIR)/guidedaccessctl
+
+install-man: $(MANPAGES)
+	install -D -m 0644 .build/man/guidedaccessctl.1 $(DESTDIR)$(MANDIR)/man1/guidedaccessctl.1
+	install -D -m 0644 .build/man/guidedaccess.conf.5 $(DESTDIR)$(MANDIR)/man5/guidedaccess.conf.5
+	install -D -m 0644 .build/man/guidedaccessd.8 $(DESTDIR)$(MANDIR)/man8/guidedaccessd.8
+
+install-completions: $(COMPLETIONS)
+	install -D -m 0644 .build/completions/guidedaccessctl.bash $(DESTDIR)$(BASHCOMPLETIONDIR)/guidedaccessctl
+	install -D -m 0644 .build/completions/_guidedaccessctl $(DESTDIR)$(ZSHCOMPLETIONDIR)/_guidedaccessctl
+	install -D -m 0644 .build/completions/guidedaccessctl.fish $(DESTDIR)$(FISHCOMPLETIONDIR)/guidedaccessctl.fish
+
+check-docs: $(GUIDEDACCESSD) $(GUIDEDACCESSCTL) $(MANPAGES) $(COMPLETIONS)
+	GUIDEDACCESSD=$(GUIDEDACCESSD) GUIDEDACCESSCTL=$(GUIDEDACCESSCTL) scripts/check-docs
