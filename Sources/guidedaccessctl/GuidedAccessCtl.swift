@@ -1,6 +1,9 @@
 import ArgumentParser
 import DBus
-import Foundation
+// FoundationEssentials (JSONEncoder, Date and its ISO 8601 style), not
+// Foundation: the whole of Foundation and ICU's data, linked statically, made
+// the release binary 75 MB.
+import FoundationEssentials
 import GuidedAccessClient
 
 #if canImport(Glibc)
@@ -85,8 +88,27 @@ struct Failure: Error {
 }
 
 func fail(_ message: String, _ code: Exit) -> Failure {
-    FileHandle.standardError.write(Data("guidedaccessctl: \(message)\n".utf8))
+    printToStderr("guidedaccessctl: \(message)")
     return Failure(code: code)
+}
+
+/// One line on stderr, unbuffered.
+func printToStderr(_ line: String) {
+    let bytes = Array((line + "\n").utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let written = bytes.withUnsafeBytes { write(2, $0.baseAddress! + offset, $0.count - offset) }
+        if written < 0 && errno == EINTR { continue }
+        guard written > 0 else { return }
+        offset += written
+    }
+}
+
+extension String {
+    /// Followed by spaces up to `width` characters (never cut).
+    func padded(to width: Int) -> String {
+        self + String(repeating: " ", count: max(0, width - count))
+    }
 }
 
 /// Connects, runs `body`, and turns a GuidedAccessError into its message and
@@ -141,7 +163,7 @@ struct GuidedAccessCtl: AsyncParsableCommand {
         } catch {
             let code = exitCode(for: error)
             if code == .validationFailure {
-                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                printToStderr(fullMessage(for: error))
                 Glibc.exit(Exit.usage.rawValue)
             }
             self.exit(withError: error)
@@ -201,7 +223,7 @@ struct Status: AsyncParsableCommand {
             ("Version", status.version),
         ]
         for (key, value) in rows {
-            printLine((key + ":").padding(toLength: 12, withPad: " ", startingAt: 0) + value)
+            printLine((key + ":").padded(to: 12) + value)
         }
     }
 }
@@ -317,8 +339,8 @@ struct Restrictions: AsyncParsableCommand {
         let list = try await withClient(global) { client throws(GuidedAccessError) in try await client.restrictions() }
         let width = list.map(\.identifier.count).max() ?? 0
         for r in list {
-            var line = r.state.rawValue.padding(toLength: 6, withPad: " ", startingAt: 0)
-                + r.identifier.padding(toLength: width + 2, withPad: " ", startingAt: 0) + r.text
+            var line = r.state.rawValue.padded(to: 6)
+                + r.identifier.padded(to: width + 2) + r.text
             if !r.detail.isEmpty { line += " — " + r.detail }
             printLine(line)
         }
@@ -374,7 +396,7 @@ struct Monitor: AsyncParsableCommand {
         let (client, events) = try await withClient(global) { client throws(GuidedAccessError) in
             (client, try await client.changes())
         }
-        FileHandle.standardError.write(Data("Monitoring \(GuidedAccessBus.name) on the \(bus)\n".utf8))
+        printToStderr("Monitoring \(GuidedAccessBus.name) on the \(bus)")
         // The stream does not end when the bus goes away: watch for that.
         Task {
             await client.connection.waitUntilDisconnected()

@@ -1,6 +1,6 @@
 import CProcess
 import DBus
-import Foundation
+import Dispatch
 
 #if canImport(Glibc)
     import Glibc
@@ -59,7 +59,8 @@ final class PolkitAgent {
         let started = DispatchSemaphore(value: 0)
         let exited = DispatchSemaphore(value: 0)
         let outcome = Outcome()
-        let thread = Thread {
+        // A thread of its own: it blocks in waitid(2) until the agent exits.
+        DispatchQueue(label: "polkit-agent").async {
             // Prepared before the fork: the child only execs.
             let arguments: [String] = [path, "--notify-fd", "3", "--fallback"]
             let argv = arguments.map { strdup($0) } + [nil]
@@ -89,12 +90,9 @@ final class PolkitAgent {
             while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR {}
             exited.signal()
         }
-        thread.name = "polkit-agent"
-        thread.start()
         started.wait()
         guard outcome.pid > 0 else {
-            FileHandle.standardError.write(
-                Data("guidedaccessctl: cannot start \(path): \(String(cString: strerror(outcome.error)))\n".utf8))
+            printToStderr("guidedaccessctl: cannot start \(path): \(String(cString: strerror(outcome.error)))")
             return nil
         }
         return PolkitAgent(pid: outcome.pid, exited: exited, terminal: terminal)
@@ -113,7 +111,7 @@ final class PolkitAgent {
             if exited.wait(timeout: .now() + Self.terminationTimeout) == .timedOut {
                 kill(pid, SIGKILL)
                 if exited.wait(timeout: .now() + Self.terminationTimeout) == .timedOut {
-                    FileHandle.standardError.write(Data("guidedaccessctl: \(Self.path) (pid \(pid)) does not exit\n".utf8))
+                    printToStderr("guidedaccessctl: \(Self.path) (pid \(pid)) does not exit")
                     terminal?.restoreIfChanged()
                     return
                 }
