@@ -5,6 +5,7 @@ Contract: ../shared/spec/dbus-api.md; exit codes: guidedaccessctl --help."""
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -67,6 +68,8 @@ def test_start_zoom_then_end_restores(ga_env, gad):
     assert s["sessionActive"] is True
     assert s["enabledFeatures"] == ["zoom"]
     assert s["sessionDeadline"] > time.time() * 1_000_000 + 500 * 1_000_000
+    table = ok(ctl(ga_env, "status"))
+    assert re.search(r"^Time limit: +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(0h (9|10)m \d+s left\)$", table, re.M), table
 
     # Options with a take-over are refused (InvalidArgs); without, it resumes.
     rc, _, err = ctl(ga_env, "start", "--feature", "grayscale")
