@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import GuidedAccessCore
 
@@ -25,6 +26,31 @@ import Testing
         #expect(configuration.dconf.lockOutsideSession)
         #expect(configuration.clients == nil)
         #expect(configuration.operators == nil)
+    }
+
+    /// systemd/guidedaccess.conf.example with every `#Key=value` taken in:
+    /// each value it shows is one the service accepts (scripts/check-docs
+    /// checks that it shows every key).
+    @Test func theExampleFileIsAccepted() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let example = try String(contentsOf: root.appendingPathComponent("systemd/guidedaccess.conf.example"), encoding: .utf8)
+        var configuration = ServiceConfiguration(defaultsFor: .system)
+        var group = ""
+        var applied = 0
+        for line in example.split(separator: "\n").map(String.init) {
+            if line.hasPrefix("["), line.hasSuffix("]") {
+                group = String(line.dropFirst().dropLast())
+                try configuration.applyGroup(group, file: "example")
+            } else if line.hasPrefix("#"), let equals = line.firstIndex(of: "="),
+                line.dropFirst().prefix(while: { $0.isLetter }).count == line.distance(from: line.index(after: line.startIndex), to: equals)
+            {
+                let key = String(line[line.index(after: line.startIndex)..<equals])
+                try configuration.apply(group: group, key: key, value: String(line[line.index(after: equals)...]), file: "example")
+                applied += 1
+            }
+        }
+        #expect(applied > 10)
     }
 
     @Test func everyDocumentedKeyIsRead() throws {
