@@ -1,13 +1,14 @@
 """Fixtures of the container system test (see README.md here).
 
-`stage`: `make install DESTDIR=...` (the release build, Swift standard library
-linked statically). `rootfs`: the cached Debian 12 root filesystem.
-`container`: it booted with systemd as PID 1, cleaned up afterwards whatever
-happens. `installed`: the staged files installed inside, system mode
-configured (Backend=dconf), the kiosk user `tester` with a session bus and
-values of its own. `speech_rootfs`: the root filesystem with Orca,
+`stage`: the Debian package, built once per run with `dpkg-buildpackage -b`
+(debian/rules: the Makefile's release build, Swift standard library linked
+statically, and `make install`), checked with lintian. `rootfs`: the cached
+Debian 12 root filesystem. `container`: it booted with systemd as PID 1,
+cleaned up afterwards whatever happens. `installed`: the package installed
+inside with apt, system mode configured (Backend=dconf), the kiosk user
+`tester` with a session bus and values of its own. `speech_rootfs`: the root filesystem with Orca,
 speech-dispatcher and Xvfb as well (user_session.py); `speech_container`:
-it booted, the staged files installed, the kiosk user's own manager, an X
+it booted, the package installed, the kiosk user's own manager, an X
 display and speech-dispatcher's log ready (user mode, the screen reader).
 
 The test is skipped, with the reason, only where the machine cannot run it:
@@ -16,6 +17,7 @@ root filesystem from.
 """
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import nspawn  # noqa: E402
 import user_session  # noqa: E402
-from container_setup import CONFIG, FACTS, KIOSK_UID, KIOSK_USER, install_files  # noqa: E402
+from container_setup import CONFIG, FACTS, KIOSK_UID, KIOSK_USER, install_package  # noqa: E402
 
 REPO_ROOT = HERE.parent.parent
 _CONTAINER = []
@@ -71,9 +73,10 @@ def pytest_runtest_makereport(item, call):
 def unavailable_reason():
     if os.geteuid() != 0:
         return "it needs root (debootstrap, systemd-nspawn, cgroups)"
-    for tool in ("debootstrap", "systemd-nspawn", "nsenter"):
+    for tool in ("debootstrap", "systemd-nspawn", "nsenter", "dpkg-buildpackage", "dh", "lintian"):
         if not shutil.which(tool):
-            return f"{tool} is missing (scripts/install-deps installs debootstrap and systemd-container)"
+            return (f"{tool} is missing (scripts/install-deps installs debootstrap, systemd-container, "
+                    "dpkg-dev, debhelper and lintian)")
     if not nspawn.cgroup2_mount():
         return "no cgroup2 hierarchy is mounted"
     return None
@@ -114,20 +117,38 @@ def speech_rootfs(rootfs):
 
 @pytest.fixture(scope="session")
 def stage(rootfs, workdir):
-    """make install into a staging directory, bound read-only at /stage."""
+    """The package, built from the repository with dpkg-buildpackage into a
+    directory of the work directory (bound read-only at /stage): nothing is
+    written beside the repository, and the release build in its .build is
+    reused (debian/rules cleans nothing there). lintian's errors fail the
+    run; its warnings are printed with the facts."""
     started = time.monotonic()
-    destdir = workdir / "stage" / "root"
+    out = workdir / "stage"
+    out.mkdir()
     result = subprocess.run(
-        ["make", "-s", "install", f"DESTDIR={destdir}"], cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=3600)
+        ["dpkg-buildpackage", "-us", "-uc", "-b", f"--buildinfo-option=-u{out}", f"--changes-option=-u{out}",
+         f"--buildinfo-file={out}/guidedaccess.buildinfo", f"--changes-file={out}/guidedaccess.changes"],
+        cwd=REPO_ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=3600,
+        env=dict(os.environ, GUIDEDACCESS_DEB_DESTDIR=str(out)))
     if result.returncode != 0:
-        pytest.fail(f"make install failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    binary = destdir / "usr/libexec/guidedaccessd"
-    assert binary.is_file(), f"make install did not install {binary}"
+        pytest.fail(f"dpkg-buildpackage failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    [deb] = out.glob("guidedaccess_*_amd64.deb")
+    FACTS["package build (dpkg-buildpackage -b)"] = f"{time.monotonic() - started:.1f} s, {deb.name}, " \
+        f"{deb.stat().st_size / 1e6:.1f} MB"
+    root = workdir / "package-contents"
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    binary = root / "usr/libexec/guidedaccessd"
+    assert binary.is_file(), f"the package has no {binary.relative_to(root)}"
     linked = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
     assert "libswiftCore" not in linked, f"{binary} links the Swift runtime dynamically:\n{linked}"
-    FACTS["release build + make install"] = f"{time.monotonic() - started:.1f} s"
-    return workdir / "stage"
+    started = time.monotonic()
+    lint = subprocess.run(["lintian", "--fail-on", "error", str(out / "guidedaccess.changes")],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    tags = [line for line in lint.stdout.splitlines() if re.match(r"[EWIPXO]: ", line)]
+    FACTS["lintian"] = f"{time.monotonic() - started:.1f} s; " + ("; ".join(tags) or "no tags")
+    if lint.returncode != 0 or any(tag.startswith("E: ") for tag in tags):
+        pytest.fail(f"lintian ({lint.returncode}):\n{lint.stdout}\n{lint.stderr}")
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -150,14 +171,14 @@ def container(rootfs, stage, workdir):
 
 @pytest.fixture(scope="session")
 def installed(container):
-    """The staged files installed as a package would put them, system mode
-    configured, the kiosk user set up with values of its own."""
+    """The package installed with apt, system mode configured, the kiosk
+    user set up with values of its own."""
     return install(container)
 
 
 def install(ct):
     """What `installed` does, for any booted container."""
-    install_files(ct)
+    install_package(ct)
     ct.run(["useradd", "--create-home", "--uid", str(KIOSK_UID), KIOSK_USER])
     ct.run(["guidedaccess-dconf-profile"])
     ct.run(["guidedaccess-dconf-profile", "--check"])
@@ -185,9 +206,27 @@ def rebootable(rootfs, stage, workdir):
 
 
 @pytest.fixture(scope="module")
+def bare_kiosk(rootfs, stage, workdir):
+    """A fourth container, the kiosk before the package: the kiosk user with
+    its own manager and session bus, nothing of guidedaccess installed
+    (test_package.py installs, removes and purges it there)."""
+    directory = workdir / "package"
+    directory.mkdir()
+    ct = nspawn.Container(rootfs, stage, directory, suffix="-package")
+    try:
+        FACTS["package container: boot"] = f"{ct.boot():.1f} s"
+        _CONTAINER.insert(0, ct)
+        ct.run(["useradd", "--create-home", "--uid", str(KIOSK_UID), KIOSK_USER])
+        ct.run(["systemctl", "start", f"user@{KIOSK_UID}.service"])
+        yield ct
+    finally:
+        shut_down(ct, "package container")
+
+
+@pytest.fixture(scope="module")
 def speech_container(speech_rootfs, stage, workdir):
-    """A third container, from the speech root filesystem: the staged files
-    installed as a package puts them (no system-mode configuration), the
+    """A third container, from the speech root filesystem: the package
+    installed (no system-mode configuration), the
     kiosk user's manager through linger, Xvfb on :5 and speech-dispatcher
     logging what it says (user_session.prepare)."""
     directory = workdir / "speech"
@@ -199,7 +238,7 @@ def speech_container(speech_rootfs, stage, workdir):
     try:
         FACTS["speech container: boot"] = f"{ct.boot():.1f} s"
         _CONTAINER.insert(0, ct)
-        install_files(ct)
+        install_package(ct)
         for step, seconds in user_session.prepare(ct).items():
             FACTS[f"speech container: {step}"] = f"{seconds:.2f} s"
         yield ct

@@ -1,4 +1,4 @@
-"""guidedaccessd in system mode, installed with `make install` into a Debian 12
+"""guidedaccessd in system mode, installed from its Debian package into a Debian 12
 container booted with systemd as PID 1: real D-Bus activation, bus policy,
 polkit, logind, dconf system databases with locks, Restart=, the journal and
 `systemd-analyze security`.
