@@ -105,7 +105,8 @@ check-system-files: $(GUIDEDACCESSD) $(GUIDEDACCESSCTL)
 # guidedaccessctl, the man pages and the completions: build output under
 # .build (git-ignored), rendered and generated here rather than committed.
 # Compressing the pages is left to packaging (dh_installman, dh_compress).
-MANPAGES = .build/man/guidedaccessd.8 .build/man/guidedaccessctl.1 .build/man/guidedaccess.conf.5
+# Every docs/man/NAME.SECTION.scd; its section from the name.
+MANPAGES = $(patsubst docs/man/%.scd,.build/man/%,$(wildcard docs/man/*.scd))
 COMPLETIONS = .build/completions/guidedaccessctl.bash .build/completions/_guidedaccessctl \
     .build/completions/guidedaccessctl.fish
 
@@ -140,9 +141,9 @@ install-guidedaccessctl: $(GUIDEDACCESSCTL)
 	install -D -m 0755 $(GUIDEDACCESSCTL) $(DESTDIR)$(BINDIR)/guidedaccessctl
 
 install-man: $(MANPAGES)
-	install -D -m 0644 .build/man/guidedaccessctl.1 $(DESTDIR)$(MANDIR)/man1/guidedaccessctl.1
-	install -D -m 0644 .build/man/guidedaccess.conf.5 $(DESTDIR)$(MANDIR)/man5/guidedaccess.conf.5
-	install -D -m 0644 .build/man/guidedaccessd.8 $(DESTDIR)$(MANDIR)/man8/guidedaccessd.8
+	for page in $(MANPAGES); do \
+	    install -D -m 0644 $$page $(DESTDIR)$(MANDIR)/man$${page##*.}/$${page##*/} || exit 1; \
+	done
 
 install-completions: $(COMPLETIONS)
 	install -D -m 0644 .build/completions/guidedaccessctl.bash $(DESTDIR)$(BASHCOMPLETIONDIR)/guidedaccessctl
