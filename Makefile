@@ -118,11 +118,13 @@ man: $(MANPAGES)
 	mv $@.tmp $@
 
 # swift-argument-parser writes them from the command's own definition.
+# bash-completion sources its files: the bash script's #! line goes.
 completions: $(COMPLETIONS)
 
 .build/completions/guidedaccessctl.bash: $(GUIDEDACCESSCTL)
 	@mkdir -p .build/completions
 	$(GUIDEDACCESSCTL) --generate-completion-script bash > $@.tmp
+	sed -i '1{/^#!/d}' $@.tmp
 	mv $@.tmp $@
 
 .build/completions/_guidedaccessctl: $(GUIDEDACCESSCTL)
