@@ -6,7 +6,7 @@ for N seconds (a GLib main loop), then ends the session.
 
     python3 Examples/kiosk_session.py [--address ADDR] [--seconds N]
 
-Contract: ../shared/spec/dbus-api.md (org.guidedaccess.GuidedAccess1)."""
+Contract: docs/dbus-api.md (org.guidedaccess.GuidedAccess1)."""
 
 import argparse
 import sys

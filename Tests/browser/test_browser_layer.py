@@ -21,7 +21,7 @@ The README's picture (before / inverted / grayscale / zoomed / after) is
 written to docs/browser-layer.png when GA_WRITE_PICTURE=1, else into the
 test's temporary directory.
 
-Contract: ../shared/spec/dbus-api.md ("Browser layer", StartSession's
+Contract: docs/dbus-api.md ("Browser layer", StartSession's
 options, SupportedFeatures, Desktop, [Browser] DevToolsEndpoint=)."""
 
 import json

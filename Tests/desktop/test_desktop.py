@@ -22,7 +22,7 @@ Screenshots of the steps go, 640 px wide, to $GA_DESKTOP_PICTURES (relative
 to the current directory) or else .build/desktop-pictures; the README's
 pictures under docs/pictures/ are made with
     GA_DESKTOP_PICTURES=docs/pictures .venv/bin/python -m pytest -q Tests/desktop
-Contract: ../shared/spec/dbus-api.md, ../shared/spec/settings-mapping.md."""
+Contract: docs/dbus-api.md, docs/settings-mapping.md."""
 
 import os
 import time

@@ -15,7 +15,7 @@
   daemon sends, so that a busctl call's error NAME can be checked (busctl
   itself prints only the message).
 
-Written against ../shared/spec/dbus-api.md and settings-mapping.md, not
+Written against docs/dbus-api.md and docs/settings-mapping.md, not
 against the implementation. Standalone: needs no pytest.
 """
 

@@ -1,7 +1,7 @@
 """guidedaccessctl against a real guidedaccessd on a private bus with real
 dconf. Each invocation is its own process: a session started by one is taken
 over by the next (same user, same executable).
-Contract: ../shared/spec/dbus-api.md; exit codes: guidedaccessctl --help."""
+Contract: docs/dbus-api.md; exit codes: guidedaccessctl --help."""
 
 import json
 import os

@@ -1,6 +1,6 @@
 """The examples (Examples/kiosk-session, Examples/kiosk_session.py) and
 guidedaccessctl in a real terminal (a pty), against a real guidedaccessd on a
-private bus with real dconf. Contract: ../shared/spec/dbus-api.md."""
+private bus with real dconf. Contract: docs/dbus-api.md."""
 
 import os
 import pty

@@ -1,7 +1,7 @@
 """guidedaccessd: when dconf cannot write (the user's database path is made
 a directory, so dconf-service's rename fails), calls are BackendFailed,
 nothing stays changed, and a retry after the repair succeeds.
-Contract: ../shared/spec/dbus-api.md (StartSession, EndSession,
+Contract: docs/dbus-api.md (StartSession, EndSession,
 ConfigureForSession: BackendFailed)."""
 
 import contextlib

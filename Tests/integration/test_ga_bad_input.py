@@ -1,6 +1,6 @@
 """guidedaccessd: bad input gets a clear error naming the offending value,
 changes nothing, and the service stays up (Ping afterwards).
-Contract: ../shared/spec/dbus-api.md (Errors, Error order)."""
+Contract: docs/dbus-api.md (Errors, Error order)."""
 
 import dbus
 import pytest

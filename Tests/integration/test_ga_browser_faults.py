@@ -1,7 +1,7 @@
 """guidedaccessd's browser layer against a browser that misbehaves, which
 real Chromium cannot be made to do (its acceptance tests are in
 Tests/browser/): devtools_fake.py stands for the kiosk browser's DevTools
-endpoint. Contract: ../shared/spec/dbus-api.md, "Browser layer"; the limits
+endpoint. Contract: docs/dbus-api.md, "Browser layer"; the limits
 the layer states (2 s to open, 3 s per command, 1.5 s for which a D-Bus call
 waits for pages, reconnecting 0.1 s doubling to 5 s while a session needs the
 browser, and no timer while none does).

@@ -1,7 +1,7 @@
 """guidedaccessd: configuration (defaults, drop-ins, start-up errors), who is
 admitted by [Clients]/[Operators], owners across restarts, and a system
 whose schemas lack a mapped key (UnsupportedFeature, never a crash).
-Contract: ../shared/spec/dbus-api.md, ../shared/spec/settings-mapping.md."""
+Contract: docs/dbus-api.md, docs/settings-mapping.md."""
 
 import shutil
 import subprocess

@@ -1,7 +1,7 @@
 """guidedaccessd: kill -9 and restart. A session survives a restart; the
 same identity resumes it; EndSession restores every key; and kill -9 at
 random points of a start/configure/end loop never leaves a key wrong.
-Contract: ../shared/spec/dbus-api.md (Restarts and failures).
+Contract: docs/dbus-api.md (Restarts and failures).
 The long version: stress_kill.py (not collected by pytest)."""
 
 import contextlib

@@ -1,7 +1,7 @@
 """guidedaccessd: features and the GSettings keys they write (user mode, real
 dconf on a private bus). Keys are read with the real `dconf read` and
 compared as whole dicts of every mapped key (None = unset).
-Contract: ../shared/spec/dbus-api.md, ../shared/spec/settings-mapping.md."""
+Contract: docs/dbus-api.md, docs/settings-mapping.md."""
 
 import pytest
 

@@ -1,7 +1,7 @@
 """guidedaccessd: custom restrictions (RegisterRestrictions,
 UnregisterRestrictions, SetRestrictionState, GetRestrictionState,
 ListRestrictions), their limits and their reset at the end of a session.
-Contract: ../shared/spec/dbus-api.md."""
+Contract: docs/dbus-api.md."""
 
 import dbus
 import pytest

@@ -1,6 +1,6 @@
 """guidedaccessd: sessions — start, end and restore, owners and take-over,
 authorization, time limits, properties and signal order.
-Contract: ../shared/spec/dbus-api.md, ../shared/spec/settings-mapping.md."""
+Contract: docs/dbus-api.md, docs/settings-mapping.md."""
 
 import re
 import time
