@@ -65,12 +65,19 @@ all: build man completions
 #                          (static-stdlib-args.lnk asks for -export-dynamic;
 #                          nothing looks the executable's symbols up, and the
 #                          Swift backtracer reads .symtab and DWARF).
+#   -z now                 full RELRO (Debian's hardening=+bindnow, which
+#                          lintian asks for): the few symbols from libc,
+#                          libdbus, GLib and dconf bound at start, the GOT
+#                          read-only after; scripts/bench-service showed no
+#                          change (VmRSS 13.0 MiB after a session, start to
+#                          first reply 13.4 against 14.1 ms without).
 # SwiftPM does not recompile a module for changed -Xfrontend flags: objects
 # compiled before keep one section per file until they are rebuilt.
 SWIFT_RELEASE_BUILD = swift build -c release --static-swift-stdlib \
     -Xswiftc -Xfrontend -Xswiftc -disable-implicit-string-processing-module-import \
     -Xswiftc -Xfrontend -Xswiftc -function-sections \
-    -Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic
+    -Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic \
+    -Xlinker -z -Xlinker now
 # One or more products (swift build takes one --product at a time).
 PRODUCT = guidedaccessd guidedaccessctl
 
