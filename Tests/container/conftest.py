@@ -5,7 +5,8 @@ linked statically). `rootfs`: the cached Debian 12 root filesystem.
 `container`: it booted with systemd as PID 1, cleaned up afterwards whatever
 happens. `installed`: the staged files installed inside, system mode
 configured (Backend=dconf), the kiosk user `tester` with a session bus and
-values of its own. `speech_rootfs`: the root filesystem with Orca,
+values of its own. `fleet_container`: a container of its own, installed the
+same way (test_fleet.py). `speech_rootfs`: the root filesystem with Orca,
 speech-dispatcher and Xvfb as well (user_session.py); `speech_container`:
 it booted, the staged files installed, the kiosk user's own manager, an X
 display and speech-dispatcher's log ready (user mode, the screen reader).
@@ -182,6 +183,23 @@ def rebootable(rootfs, stage, workdir):
         yield install(ct)
     finally:
         shut_down(ct, "reboot container")
+
+
+@pytest.fixture(scope="module")
+def fleet_container(rootfs, stage, workdir):
+    """A kiosk of its own for test_fleet.py, installed as `installed` is:
+    its journal goes to a collector through systemd-journal-upload."""
+    directory = workdir / "fleet"
+    directory.mkdir()
+    ct = nspawn.Container(rootfs, stage, directory, suffix="-fleet")
+    ct.failure_journal = ("guidedaccessd, journal-upload, journal-remote", [
+        "-u", "guidedaccessd", "-u", "systemd-journal-upload", "-u", "systemd-journal-remote"])
+    try:
+        FACTS["fleet container: boot"] = f"{ct.boot():.1f} s"
+        _CONTAINER.insert(0, ct)
+        yield install(ct)
+    finally:
+        shut_down(ct, "fleet container")
 
 
 @pytest.fixture(scope="module")
