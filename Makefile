@@ -104,7 +104,7 @@ install: $(GUIDEDACCESSD)
 	install -D -m 0644 docs/org.guidedaccess.GuidedAccess1.xml $(DESTDIR)$(DBUSINTERFACESDIR)/org.guidedaccess.GuidedAccess1.xml
 	install -m 0644 systemd/guidedaccess.conf.example $(DESTDIR)$(DOCDIR)/examples/guidedaccess.conf
 	install -D -m 0755 systemd/guidedaccess-dconf-profile $(DESTDIR)$(PREFIX)/sbin/guidedaccess-dconf-profile
-	install -m 0644 README.md docs/dbus-api.md docs/settings-mapping.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 README.md docs/dbus-api.md docs/settings-mapping.md docs/fleet.md $(DESTDIR)$(DOCDIR)/
 
 check-system-files: $(GUIDEDACCESSD) $(GUIDEDACCESSCTL)
 	GUIDEDACCESSD=$(GUIDEDACCESSD) GUIDEDACCESSCTL=$(GUIDEDACCESSCTL) scripts/check-system-files

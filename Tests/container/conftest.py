@@ -2,11 +2,14 @@
 
 `stage`: the Debian package, built once per run with `dpkg-buildpackage -b`
 (debian/rules: the Makefile's release build, Swift standard library linked
-statically, and `make install`), checked with lintian (errors and warnings fail). `rootfs`: the cached
-Debian 12 root filesystem. `container`: it booted with systemd as PID 1,
-cleaned up afterwards whatever happens. `installed`: the package installed
-inside with apt, system mode configured (Backend=dconf), the kiosk user
-`tester` with a session bus and values of its own. `speech_rootfs`: the root filesystem with Orca,
+statically, and `make install`), checked with lintian (errors and warnings
+fail). `rootfs`: the cached Debian 12 root filesystem. `container`: it booted
+with systemd as PID 1, cleaned up afterwards whatever happens. `installed`:
+the package installed inside with apt, system mode configured
+(Backend=dconf), the kiosk user `tester` with a session bus and values of its
+own. `fleet_container`: a container of its own, installed the same way
+(test_fleet.py). `bare_kiosk`: the kiosk before the package
+(test_package.py). `speech_rootfs`: the root filesystem with Orca,
 speech-dispatcher and Xvfb as well (user_session.py); `speech_container`:
 it booted, the package installed, the kiosk user's own manager, an X
 display and speech-dispatcher's log ready (user mode, the screen reader).
@@ -222,6 +225,23 @@ def bare_kiosk(rootfs, stage, workdir):
         yield ct
     finally:
         shut_down(ct, "package container")
+
+
+@pytest.fixture(scope="module")
+def fleet_container(rootfs, stage, workdir):
+    """A kiosk of its own for test_fleet.py, installed as `installed` is:
+    its journal goes to a collector through systemd-journal-upload."""
+    directory = workdir / "fleet"
+    directory.mkdir()
+    ct = nspawn.Container(rootfs, stage, directory, suffix="-fleet")
+    ct.failure_journal = ("guidedaccessd, journal-upload, journal-remote", [
+        "-u", "guidedaccessd", "-u", "systemd-journal-upload", "-u", "systemd-journal-remote"])
+    try:
+        FACTS["fleet container: boot"] = f"{ct.boot():.1f} s"
+        _CONTAINER.insert(0, ct)
+        yield install(ct)
+    finally:
+        shut_down(ct, "fleet container")
 
 
 @pytest.fixture(scope="module")

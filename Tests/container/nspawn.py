@@ -30,10 +30,13 @@ from pathlib import Path
 SUITE = "bookworm"
 VARIANT = "minbase"
 # dbus-user-session: without it dconf-service fails to configure, and the
-# kiosk user gets no session bus from user@.service.
+# kiosk user gets no session bus from user@.service. systemd-journal-remote
+# (journal-upload and journal-remote, enabled by nothing) and python3-dbus
+# (a caller that makes several calls on one connection): test_fleet.py.
 PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "dbus-user-session", "polkitd", "pkexec",
     "libpam-systemd", "dconf-cli", "gsettings-desktop-schemas", "libglib2.0-bin",
+    "systemd-journal-remote", "python3-dbus",
 ]
 CACHE_DIR = Path(os.environ.get("GA_CONTAINER_CACHE", "/var/cache/guidedaccess-tests"))
 STAMP_NAME = ".guidedaccess-tests-stamp"
