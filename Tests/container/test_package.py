@@ -2,8 +2,9 @@
 `bare_kiosk`: the kiosk user with values of its own, nothing of guidedaccess):
 installed with apt from the local file (every dependency already there,
 no download), set up for system mode, a session run with LockOutsideSession
-at its default; removed with a session in progress; installed again; purged
-while the service runs and holds its locks. After the purge the kiosk is as
+at its default; removed with a session in progress; installed again, moved
+to a database of another name by a drop-in; purged with a session in
+progress that is only in the journal (the service stopped, its locks held). After the purge the kiosk is as
 it was: the listing of /etc, /usr, /var/lib and /lib/systemd (apt's and
 dpkg's own records left out) equals the one taken before the install, the
 kiosk user may change the mapped keys again, and neither systemd, D-Bus nor
@@ -27,6 +28,8 @@ LISTED = "/etc /usr /var/lib /lib/systemd/"
 BOOKKEEPING = ["/var/lib/dpkg", "/var/lib/apt"]
 DATABASE = "/etc/dconf/db/guidedaccess"
 PROFILE = "/etc/dconf/profile/user"
+OTHER_DATABASE = "/etc/dconf/db/kiosk"
+OTHER_DROP_IN = "/etc/guidedaccess/guidedaccess.conf.d/50-database.conf"
 RUN = {}
 
 
@@ -145,15 +148,37 @@ def test_step4_installed_again_it_starts_without_the_removed_session(bare_kiosk)
     assert our_database_files(ct), "LockOutsideSession wrote nothing"
 
 
+def test_step4b_a_database_of_its_own_from_a_drop_in(bare_kiosk):
+    """The administrator moves the service to a database named in a drop-in
+    (and lets the profile read it): purge must find that one too."""
+    ct = bare_kiosk
+    ct.sh(f"mkdir -p /etc/guidedaccess/guidedaccess.conf.d && cat > {OTHER_DROP_IN}",
+          input="[Dconf]\nDatabaseName=kiosk\n")
+    ct.run(["guidedaccess-dconf-profile", "--name", "kiosk"])
+    ct.run(["systemctl", "restart", UNIT])
+    gdbus(ct, "StartSession", "{'features': <['zoom']>, 'zoom-factor': <4.0>}")
+    assert kiosk_view(ct)[(MAG, "mag-factor")] == ("4.0", "false")
+    assert ct.run(["test", "-f", f"{OTHER_DATABASE}.d/locks/guidedaccess"]).returncode == 0
+
+
 def test_step5_purge_leaves_the_kiosk_as_it_was(bare_kiosk):
     ct = bare_kiosk
-    assert ct.run(["systemctl", "is-active", UNIT]).stdout.strip() == "active"
+    # The session is only in the journal (as after a reboot mid-session: the
+    # service is D-Bus activated, not running); the locks stay meanwhile.
+    ct.run(["systemctl", "stop", UNIT])
+    assert kiosk_view(ct)[(MAG, "mag-factor")] == ("4.0", "false")
     # The listing sees what the package, the service and the profile tool
     # put there.
     added = {line.split()[0] for line in listing(ct) - RUN["before"]}
     assert {"/usr/libexec/guidedaccessd", f"{DATABASE}.d/locks/guidedaccess-baseline", DATABASE, PROFILE,
-            "/var/lib/guidedaccess"} <= added, sorted(added)
-    apt(ct, "purge", "guidedaccess")
+            f"{OTHER_DATABASE}.d/locks/guidedaccess", OTHER_DATABASE, "/var/lib/guidedaccess"} <= added, sorted(added)
+    out = apt(ct, "purge", "guidedaccess").stdout
+    # prerm had the service resume the session and end it: its own record.
+    assert "guidedaccess: ending the session in progress" in out, out
+    ct.run(["journalctl", "--sync"])
+    ended = ct.run(["journalctl", "--no-pager", "-o", "json", f"_SYSTEMD_UNIT={UNIT}",
+                    "MESSAGE_ID=3c4bd2b4c5a24b8f9c6e0a1d2f3e4a53"]).stdout.splitlines()
+    assert json.loads(ended[-1])["GUIDEDACCESS_REASON"] in ("ended", "ended-by-operator"), ended[-1]
     own_values_writable(ct)
     assert "guidedaccess" not in unit_files(ct)
     assert wait_for(lambda: not activatable(ct), "the bus name to be gone from the activatable names")
