@@ -454,8 +454,10 @@ enum Introspection {
             case ">": out += "&gt;"
             case "\"": out += "&quot;"
             // Kept through attribute-value normalisation, which makes
-            // a literal line break a space.
+            // literal white space other than a space a space.
             case "\n": out += "&#10;"
+            case "\r": out += "&#13;"
+            case "\t": out += "&#9;"
             default: out.append(c)
             }
         }

@@ -10,7 +10,9 @@ enum InterfaceDocumentation {
         or a reboot. Errors are org.guidedaccess.GuidedAccess1.Error.NotAuthorized, NotInSession, \
         SessionBusy, UnknownFeature, UnsupportedFeature, UnknownRestriction, LimitExceeded and \
         BackendFailed, each with a message naming the offending value; malformed arguments are \
-        org.freedesktop.DBus.Error.InvalidArgs. Arguments are checked first, then whether the caller \
+        org.freedesktop.DBus.Error.InvalidArgs, and a polkit check that would need to ask the user, \
+        on a call without the ALLOW_INTERACTIVE_AUTHORIZATION flag, is \
+        org.freedesktop.DBus.Error.InteractiveAuthorizationRequired. Arguments are checked first, then whether the caller \
         is admitted, then the session's state, then ownership.
         """,
         "StartSession": """
@@ -36,7 +38,8 @@ enum InterfaceDocumentation {
         nothing; turning on a feature that is on, or off one that is off, changes nothing; turning off \
         an unsupported feature succeeds. Returns once the feature is delivered (a screen reader once \
         it has been started). Features: screen-reader, zoom, invert-colors, grayscale, high-contrast, \
-        large-text, on-screen-keyboard, reduce-motion. Errors: InvalidArgs (empty list), \
+        large-text, on-screen-keyboard, reduce-motion. Errors: InvalidArgs (an empty list, a feature \
+        named twice), \
         UnknownFeature, UnsupportedFeature (turning on only), NotInSession, NotAuthorized, BackendFailed.
         """,
         "RegisterRestrictions": """
@@ -49,7 +52,8 @@ enum InterfaceDocumentation {
         """,
         "UnregisterRestrictions": """
         Removes restrictions; clients only; the whole batch or nothing; no signal for a removed \
-        restriction. Errors: InvalidArgs (empty list), UnknownRestriction, NotAuthorized.
+        restriction. Errors: InvalidArgs (an empty list, an identifier named twice, more than 256), \
+        UnknownRestriction, NotAuthorized.
         """,
         "SetRestrictionState": """
         Sets a restriction to allow or deny for the rest of the session; operators only ([Operators] or \

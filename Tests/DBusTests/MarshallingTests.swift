@@ -274,7 +274,7 @@ struct Item: DBusRepresentable {
     @Test func documentationBecomesDocStringAnnotations() {
         let documented = Interface(
             "org.example.Thing1",
-            documentation: ["": "A thing.", "Stop": "Stops <it>.\nAt once.", "Active": "Whether \"on\"."],
+            documentation: ["": "A thing.", "Stop": "Stops <it>.\nAt\tonce.", "Active": "Whether \"on\"."],
             methods: [Method("Stop") { _ in }, Method("Go") { _ in }],
             properties: [Property("Active", Bool.self) { false }])
         let expected = """
@@ -282,7 +282,7 @@ struct Item: DBusRepresentable {
               <interface name="org.example.Thing1">
                 <annotation name="org.gtk.GDBus.DocString" value="A thing."/>
                 <method name="Stop">
-                  <annotation name="org.gtk.GDBus.DocString" value="Stops &lt;it&gt;.&#10;At once."/>
+                  <annotation name="org.gtk.GDBus.DocString" value="Stops &lt;it&gt;.&#10;At&#9;once."/>
                 </method>
                 <method name="Go"/>
                 <property name="Active" type="b" access="read">
