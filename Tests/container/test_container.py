@@ -142,7 +142,8 @@ def monitored(ct):
     return seen
 
 
-def wait_for(predicate, what, timeout=15.0):
+def wait_for(predicate, what, timeout=15.0, interval=0.1):
+    """predicate()'s first true value, polled every `interval` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -150,7 +151,7 @@ def wait_for(predicate, what, timeout=15.0):
             return value
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
+        time.sleep(interval)
 
 
 def expect_view(ct, values, writable):
@@ -350,11 +351,15 @@ def test_step8_systemd_analyze_security(installed):
     assert exposure <= 1.5, out
 
 
+def journal_json(ct, *arguments):
+    """The records journalctl ARGUMENTS selects, as dicts (-o json)."""
+    out = ct.run(["journalctl", "--no-pager", "-o", "json", *arguments]).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
 def journal(ct, event):
     ct.run(["journalctl", "--sync"])
-    out = ct.run(["journalctl", "--no-pager", "-o", "json", f"_SYSTEMD_UNIT={UNIT}",
-                  f"MESSAGE_ID={MESSAGE_IDS[event]}"]).stdout
-    records = [json.loads(line) for line in out.splitlines() if line.strip()]
+    records = journal_json(ct, f"_SYSTEMD_UNIT={UNIT}", f"MESSAGE_ID={MESSAGE_IDS[event]}")
     for record in records:
         assert record["GUIDEDACCESS_EVENT"] == event
         assert record["SYSLOG_IDENTIFIER"] == "guidedaccessd"

@@ -23,9 +23,8 @@ journal has them.
 import json
 import time
 
-import pytest
 from container_setup import FACTS
-from test_container import MESSAGE_IDS, UNIT
+from test_container import MESSAGE_IDS, UNIT, journal_json, wait_for
 
 REMOTE = "/var/log/journal/remote"
 STATE_FILE = "/var/lib/systemd/journal-upload/state"
@@ -68,11 +67,6 @@ print(json.dumps({"uid": os.getuid(), "pid": os.getpid(), "exe": os.readlink("/p
 """
 
 STATE = {}
-
-
-def journal_json(ct, *arguments):
-    out = ct.run(["journalctl", "--no-pager", "-o", "json", *arguments]).stdout
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 def session_matches(caller):
@@ -158,14 +152,10 @@ def local_records(ct, caller):
 def wait_collected(ct, caller, timeout):
     """Polls the collector until the caller's three records are there.
     Returns (records by event, time.time() when they were seen)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        records = collected(ct, f"_SYSTEMD_UNIT={UNIT}", *session_matches(caller))
-        if len(records) == len(EVENTS):
-            return by_event(records), time.time()
-        if time.monotonic() > deadline:
-            pytest.fail(f"after {timeout} s the collector has {len(records)} of the caller's {len(EVENTS)} records")
-        time.sleep(0.05)
+    matches = (f"_SYSTEMD_UNIT={UNIT}", *session_matches(caller))
+    records = wait_for(lambda: r if len(r := collected(ct, *matches)) == len(EVENTS) else None,
+                       f"the caller's {len(EVENTS)} records on the collector", timeout, interval=0.05)
+    return by_event(records), time.time()
 
 
 def test_step1_records_reach_the_collector_only_through_journal_upload(fleet_container):
@@ -206,15 +196,12 @@ def test_step1_records_reach_the_collector_only_through_journal_upload(fleet_con
 
 
 def wait_for_cursor(ct, good, timeout=UPLOAD_BOUND):
-    deadline = time.monotonic() + timeout
-    while True:
-        if ct.run(["test", "-s", STATE_FILE], check=False).returncode == 0:
-            cursor = upload_cursor(ct)
-            if good(cursor):
-                return cursor
-        if time.monotonic() > deadline:
-            pytest.fail(f"journal-upload's cursor did not pass the records within {timeout} s")
-        time.sleep(0.1)
+    def passed():
+        if ct.run(["test", "-s", STATE_FILE], check=False).returncode != 0:
+            return None
+        cursor = upload_cursor(ct)
+        return cursor if good(cursor) else None
+    return wait_for(passed, "journal-upload's cursor to pass the records", timeout)
 
 
 def test_step2_while_upload_follows_records_arrive_within_the_bound(fleet_container):

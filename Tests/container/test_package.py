@@ -17,7 +17,8 @@ import json
 import re
 
 from container_setup import CONFIG, FACTS, KIOSK_USER, install_package
-from test_container import DEFAULTS, MAG, OWN, SESSION, UNIT, BUS, expect_view, gdbus, kiosk_view, prop, wait_for
+from test_container import (BUS, DEFAULTS, MAG, MESSAGE_IDS, OWN, SESSION, UNIT, expect_view, gdbus, journal_json,
+                            kiosk_view, prop, wait_for)
 
 # The administrator's configuration: the tests' own, LockOutsideSession at
 # its default (true), so the mapped keys are locked whenever the service runs.
@@ -125,10 +126,9 @@ def test_step3_remove_ends_the_session_and_leaves_no_lock(bare_kiosk):
     assert ct.run(["systemctl", "is-active", UNIT], check=False).stdout.strip() != "active"
     # The service undid the session itself (its audit record), then stopped.
     ct.run(["journalctl", "--sync"])
-    ended = ct.run(["journalctl", "--no-pager", "-o", "json", f"_PID={pid}",
-                    "MESSAGE_ID=3c4bd2b4c5a24b8f9c6e0a1d2f3e4a53"]).stdout.splitlines()
+    ended = journal_json(ct, f"_PID={pid}", f"MESSAGE_ID={MESSAGE_IDS['sessionEnded']}")
     assert len(ended) == 2, ended  # step 2's end and the one prerm asked for
-    assert json.loads(ended[-1])["GUIDEDACCESS_REASON"] in ("ended", "ended-by-operator")
+    assert ended[-1]["GUIDEDACCESS_REASON"] in ("ended", "ended-by-operator")
     # No lock is left: the database is rebuilt empty (the profile still
     # names it; no warning), the state directory is gone.
     assert our_database_files(ct) == []
@@ -176,9 +176,8 @@ def test_step5_purge_leaves_the_kiosk_as_it_was(bare_kiosk):
     # prerm had the service resume the session and end it: its own record.
     assert "guidedaccess: ending the session in progress" in out, out
     ct.run(["journalctl", "--sync"])
-    ended = ct.run(["journalctl", "--no-pager", "-o", "json", f"_SYSTEMD_UNIT={UNIT}",
-                    "MESSAGE_ID=3c4bd2b4c5a24b8f9c6e0a1d2f3e4a53"]).stdout.splitlines()
-    assert json.loads(ended[-1])["GUIDEDACCESS_REASON"] in ("ended", "ended-by-operator"), ended[-1]
+    ended = journal_json(ct, f"_SYSTEMD_UNIT={UNIT}", f"MESSAGE_ID={MESSAGE_IDS['sessionEnded']}")
+    assert ended[-1]["GUIDEDACCESS_REASON"] in ("ended", "ended-by-operator"), ended[-1]
     own_values_writable(ct)
     assert "guidedaccess" not in unit_files(ct)
     assert wait_for(lambda: not activatable(ct), "the bus name to be gone from the activatable names")
