@@ -69,35 +69,41 @@ let package = Package(
         // GLib's GKeyFile for the service's configuration files and drop-ins.
         .target(name: "KeyFile", dependencies: ["CGio"]),
 
-        // The kiosk's graphical session: its displays and desktop, and the
-        // screen reader the service runs in it.
+        // Drivers of the kiosk's graphical session: its desktop (user mode:
+        // detected in the session; system mode: logind's seat0) and what it
+        // acts on, and the programs the service runs in it (Orca, wvkbd).
         .target(
             name: "KioskSession",
             dependencies: [
                 "DBus", "GuidedAccessCore", "CProcess", "CLinux", .product(name: "Logging", package: "swift-log"),
             ]),
 
-        // The session's features inside the kiosk browser's pages, through
-        // Chromium's DevTools protocol: a WebSocket client of its own on
-        // the service's loop (README: "Browser layer").
+        // The driver of the session's features inside the kiosk browser's
+        // pages, through Chromium's DevTools protocol: a WebSocket client of
+        // its own on the service's loop (README: "Browser layer").
         .target(
             name: "BrowserLayer",
             dependencies: [
                 "DBus", "CLinux", "GuidedAccessAPI", "GuidedAccessCore", .product(name: "Logging", package: "swift-log"),
             ]),
 
-        // The org.guidedaccess.GuidedAccess1 service on the DBus layer.
+        // The org.guidedaccess.GuidedAccess1 service on the DBus layer: the
+        // method table, caller identity, polkit, audit and announcements,
+        // over a list of drivers (GuidedAccessCore's FeatureDriver) it knows
+        // none of by name.
         .target(
             name: "GuidedAccessService",
             dependencies: [
-                "DBus", "GuidedAccessAPI", "GuidedAccessWire", "GuidedAccessCore", "KioskSession", "BrowserLayer", "CProcess",
+                "DBus", "GuidedAccessAPI", "GuidedAccessWire", "GuidedAccessCore", "CProcess",
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        // Builds the driver list (settings backend, desktop, programs,
+        // browser pages) for the mode and the configuration, and runs the service.
         .executableTarget(
             name: "guidedaccessd",
             dependencies: [
-                "GuidedAccessService", "GSettingsBackend", "DconfBackend", "KeyFile", "DBus", "GuidedAccessCore",
-                "CLinux", .product(name: "Logging", package: "swift-log"),
+                "GuidedAccessService", "GSettingsBackend", "DconfBackend", "KioskSession", "BrowserLayer", "KeyFile", "DBus",
+                "GuidedAccessCore", "CLinux", .product(name: "Logging", package: "swift-log"),
             ]),
 
         // The client library for kiosk apps: the service's API in Swift types,
@@ -146,6 +152,7 @@ let package = Package(
         .testTarget(name: "GuidedAccessServiceTests", dependencies: ["GuidedAccessService", "DBus", "CProcess"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
         .testTarget(name: "BrowserLayerTests", dependencies: ["BrowserLayer"]),
+        .testTarget(name: "KioskSessionTests", dependencies: ["KioskSession"]),
         // Runs guidedaccessd (memory backend) on a private bus, so it depends on it.
         .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient", "guidedaccessd", "TestSupport"]),
     ],

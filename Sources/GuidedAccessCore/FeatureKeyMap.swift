@@ -143,11 +143,6 @@ public struct FeatureKeyMap: Hashable, Sendable {
         return (Set(supported), FeatureKeyMap(missingOptionalKeys: Set(missingOptional)))
     }
 
-    /// `probe` against a backend.
-    public static func probe(_ backend: some SettingsBackend) -> (supported: Set<Feature>, keyMap: FeatureKeyMap) {
-        probe { backend.availability(of: $0.key, for: $0.exampleValue) == .available }
-    }
-
     private static func value(of key: SettingKey, for features: Set<Feature>, options: Options) -> SettingValue {
         switch key {
         case .magFactor:

@@ -37,7 +37,12 @@ public struct ConfigurationError: Error, Hashable, Sendable, CustomStringConvert
 /// The configuration file's contents as plain data. Reading the keyfile (and
 /// its drop-ins, in order) is the caller's job: it feeds each entry's raw
 /// string to `apply(group:key:value:file:)`, which parses and checks it.
-public struct ServiceConfiguration: Hashable, Sendable {
+///
+/// The service's own keys are here (`keys`); a driver module's keys
+/// (`[Service] Desktop=`, `[Browser] DevToolsEndpoint=`) are declared by the
+/// module, checked here with its check, and kept as written for it
+/// (`driverValue`).
+public struct ServiceConfiguration: Sendable {
     /// `[Clients]`: who may start sessions and register restrictions.
     public struct ClientLists: Hashable, Sendable {
         public var allowUsers: [String] = []
@@ -63,8 +68,6 @@ public struct ServiceConfiguration: Hashable, Sendable {
     }
 
     public var backend: BackendKind
-    /// `[Service] Desktop=`: the session the features act on; nil (`auto`) = detect it.
-    public var desktop: Desktop?
     /// nil when the file has no `[Clients]` group, which in user mode admits
     /// the bus's own user; a present but empty group admits nobody by list.
     public var clients: ClientLists?
@@ -72,19 +75,34 @@ public struct ServiceConfiguration: Hashable, Sendable {
     public var operators: OperatorLists?
     public var session: SessionDefaults
     public var dconf: Dconf
-    /// `[Browser] DevToolsEndpoint=`: the kiosk browser the browser layer
-    /// acts in; nil (empty, the default) = no browser layer.
-    public var devToolsEndpoint: DevToolsEndpoint?
+    /// The keys driver modules own, and the values given for them.
+    package let driverKeys: [DriverConfigurationKey]
+    private var driverValues: [String: String] = [:]
 
-    /// The configuration with no file: the mode's defaults.
-    public init(defaultsFor mode: ServiceMode) {
+    /// The configuration with no file: the mode's defaults. `driverKeys`:
+    /// the keys of the drivers `guidedaccessd` builds.
+    package init(defaultsFor mode: ServiceMode, driverKeys: [DriverConfigurationKey]) {
         backend = mode == .system ? .dconf : .gsettings
-        desktop = nil
         clients = nil
         operators = nil
         session = SessionDefaults()
         dconf = Dconf()
-        devToolsEndpoint = nil
+        self.driverKeys = driverKeys
+    }
+
+    public init(defaultsFor mode: ServiceMode) {
+        self.init(defaultsFor: mode, driverKeys: [])
+    }
+
+    /// The value a file gave a driver's key (trimmed), or nil for none.
+    package func driverValue(group: String, key: String) -> String? {
+        driverValues[group + "\u{0}" + key]
+    }
+
+    /// Every key the configuration knows, by group: the service's own, then
+    /// the drivers' (`guidedaccessd --print-configuration-keys`).
+    package var allKeys: [(group: String, key: String)] {
+        Self.keys.map { ($0.group, $0.key) } + driverKeys.map { ($0.group, $0.key) }
     }
 
     /// Applies one keyfile entry. A group seen with no keys still counts as
@@ -92,57 +110,12 @@ public struct ServiceConfiguration: Hashable, Sendable {
     public mutating func apply(group: String, key: String, value raw: String, file: String) throws(ConfigurationError) {
         try applyGroup(group, file: file)
         let entry = Entry(file: file, group: group, key: key, raw: raw)
-        switch (group, key) {
-        case ("Service", "Backend"):
-            guard let kind = BackendKind(rawValue: entry.trimmed) else {
-                throw entry.error("expected one of " + BackendKind.allCases.map { $0.rawValue }.joined(separator: ", "))
-            }
-            backend = kind
-        case ("Service", "Desktop"):
-            if entry.trimmed == "auto" {
-                desktop = nil
-            } else if let named = Desktop(rawValue: entry.trimmed) {
-                desktop = named
-            } else {
-                throw entry.error("expected auto or one of " + Desktop.allCases.map { $0.rawValue }.joined(separator: ", "))
-            }
-        case ("Clients", "AllowUsers"): clients!.allowUsers = try entry.list()
-        case ("Clients", "AllowGroups"): clients!.allowGroups = try entry.list()
-        case ("Clients", "AllowExecutables"):
-            let paths = try entry.list()
-            if let relative = paths.first(where: { !$0.hasPrefix("/") }) {
-                throw entry.error("executable '\(relative)' is not an absolute path")
-            }
-            clients!.allowExecutables = paths
-        case ("Clients", "AllowUnits"): clients!.allowUnits = try entry.list()
-        case ("Operators", "AllowUsers"): operators!.allowUsers = try entry.list()
-        case ("Operators", "AllowGroups"): operators!.allowGroups = try entry.list()
-        case ("Session", "TimeLimitSec"):
-            session.timeLimitSec = try entry.unsigned(max: SessionLimits.maxTimeLimitSec)
-        case ("Session", "InhibitSleep"): session.inhibitSleep = try entry.bool()
-        case ("Session", "ZoomFactor"): session.zoomFactor = try entry.double(in: SessionLimits.zoomFactor)
-        case ("Session", "TextScale"): session.textScale = try entry.double(in: SessionLimits.textScale)
-        case ("Dconf", "DatabaseDir"):
-            guard entry.trimmed.hasPrefix("/") else { throw entry.error("expected an absolute path") }
-            dconf.databaseDir = entry.trimmed
-        case ("Dconf", "DatabaseName"):
-            // dconf takes it as a file name in DatabaseDir and in profiles.
-            let name = entry.trimmed
-            guard !name.isEmpty, !name.contains("/"), name != ".", name != ".." else {
-                throw entry.error("expected a database name without '/'")
-            }
-            dconf.databaseName = name
-        case ("Dconf", "LockOutsideSession"): dconf.lockOutsideSession = try entry.bool()
-        case ("Browser", "DevToolsEndpoint"):
-            guard !entry.trimmed.isEmpty else {
-                devToolsEndpoint = nil
-                break
-            }
-            switch DevToolsEndpoint.parse(entry.trimmed) {
-            case .success(let endpoint): devToolsEndpoint = endpoint
-            case .failure(let problem): throw entry.error(problem.description)
-            }
-        default:
+        if let own = Self.keys.first(where: { $0.group == group && $0.key == key }) {
+            try own.apply(&self, entry)
+        } else if let driverKey = driverKeys.first(where: { $0.group == group && $0.key == key }) {
+            if let problem = driverKey.check(entry.trimmed) { throw entry.error(problem) }
+            driverValues[group + "\u{0}" + key] = entry.trimmed
+        } else {
             throw entry.error("unknown key")
         }
     }
@@ -150,16 +123,70 @@ public struct ServiceConfiguration: Hashable, Sendable {
     /// Notes a group header; an unknown group is an error.
     public mutating func applyGroup(_ group: String, file: String) throws(ConfigurationError) {
         switch group {
-        case "Service", "Session", "Dconf", "Browser": break
         case "Clients": if clients == nil { clients = ClientLists() }
         case "Operators": if operators == nil { operators = OperatorLists() }
+        case _ where Self.keys.contains(where: { $0.group == group }) || driverKeys.contains(where: { $0.group == group }):
+            break
         default:
             throw ConfigurationError(file: file, group: group, key: "", value: "", reason: "unknown group")
         }
     }
 
+    /// The service's own keys: each with how its value is read.
+    private struct Key: Sendable {
+        let group: String
+        let key: String
+        let apply: @Sendable (inout ServiceConfiguration, Entry) throws(ConfigurationError) -> Void
+    }
+
+    private static let keys: [Key] = [
+        Key(group: "Service", key: "Backend") { c, entry throws(ConfigurationError) in
+            guard let kind = BackendKind(rawValue: entry.trimmed) else {
+                throw entry.error("expected one of " + BackendKind.allCases.map { $0.rawValue }.joined(separator: ", "))
+            }
+            c.backend = kind
+        },
+        Key(group: "Clients", key: "AllowUsers") { c, entry throws(ConfigurationError) in c.clients!.allowUsers = try entry.list() },
+        Key(group: "Clients", key: "AllowGroups") { c, entry throws(ConfigurationError) in c.clients!.allowGroups = try entry.list() },
+        Key(group: "Clients", key: "AllowExecutables") { c, entry throws(ConfigurationError) in
+            let paths = try entry.list()
+            if let relative = paths.first(where: { !$0.hasPrefix("/") }) {
+                throw entry.error("executable '\(relative)' is not an absolute path")
+            }
+            c.clients!.allowExecutables = paths
+        },
+        Key(group: "Clients", key: "AllowUnits") { c, entry throws(ConfigurationError) in c.clients!.allowUnits = try entry.list() },
+        Key(group: "Operators", key: "AllowUsers") { c, entry throws(ConfigurationError) in c.operators!.allowUsers = try entry.list() },
+        Key(group: "Operators", key: "AllowGroups") { c, entry throws(ConfigurationError) in c.operators!.allowGroups = try entry.list() },
+        Key(group: "Session", key: "TimeLimitSec") { c, entry throws(ConfigurationError) in
+            c.session.timeLimitSec = try entry.unsigned(max: SessionLimits.maxTimeLimitSec)
+        },
+        Key(group: "Session", key: "InhibitSleep") { c, entry throws(ConfigurationError) in c.session.inhibitSleep = try entry.bool() },
+        Key(group: "Session", key: "ZoomFactor") { c, entry throws(ConfigurationError) in
+            c.session.zoomFactor = try entry.double(in: SessionLimits.zoomFactor)
+        },
+        Key(group: "Session", key: "TextScale") { c, entry throws(ConfigurationError) in
+            c.session.textScale = try entry.double(in: SessionLimits.textScale)
+        },
+        Key(group: "Dconf", key: "DatabaseDir") { c, entry throws(ConfigurationError) in
+            guard entry.trimmed.hasPrefix("/") else { throw entry.error("expected an absolute path") }
+            c.dconf.databaseDir = entry.trimmed
+        },
+        Key(group: "Dconf", key: "DatabaseName") { c, entry throws(ConfigurationError) in
+            // dconf takes it as a file name in DatabaseDir and in profiles.
+            let name = entry.trimmed
+            guard !name.isEmpty, !name.contains("/"), name != ".", name != ".." else {
+                throw entry.error("expected a database name without '/'")
+            }
+            c.dconf.databaseName = name
+        },
+        Key(group: "Dconf", key: "LockOutsideSession") { c, entry throws(ConfigurationError) in
+            c.dconf.lockOutsideSession = try entry.bool()
+        },
+    ]
+
     /// One raw entry and the parsers GLib keyfiles use for its types.
-    private struct Entry {
+    private struct Entry: Sendable {
         let file: String, group: String, key: String, raw: String
 
         var trimmed: String {

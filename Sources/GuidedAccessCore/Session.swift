@@ -64,10 +64,11 @@ public enum SessionDecision: Hashable, Sendable {
     case needsOperator
 }
 
-/// An active session: who owns it, what it turned on, and what to put back.
+/// An active session: who owns it, what it turned on, and for how long. What
+/// the drivers changed for it, and must put back, is theirs (`FeatureDriver.record`).
 ///
-/// A value type: the service keeps one in its state, journals it before each
-/// settings write, and replaces it when a change has succeeded.
+/// A value type: the store keeps one, journals it before each change, and
+/// replaces it when a change has succeeded.
 public struct Session: Hashable, Sendable {
     /// The owner's unique bus name; nil while the owner is gone.
     public var owner: String?
@@ -78,30 +79,22 @@ public struct Session: Hashable, Sendable {
     public var inhibitSleep: Bool
     /// End of the time limit in microseconds since the Unix epoch; 0 = none.
     public var deadlineUsec: UInt64
-    /// For each key the session wrote, its value before the session.
-    public var snapshot: [SettingKey: StoredValue]
-    /// The programs the service runs for this session's features (the
-    /// screen reader, an on-screen keyboard): a restarted service adopts
-    /// them, or stops them when the session is over.
-    public var programs: [Feature: ProgramRecord]
     /// Its end is under way (journaled before the keys are put back): a
     /// restart finishes the end rather than resume the session.
     public var isEnding: Bool
 
-    /// A session about to start. Its features are already the requested
-    /// ones: the handler writes `keyMap.change(from: [], to: features)`.
+    /// A session about to start, with the requested features.
     public init(owner: BusCaller, options: SessionParameters, nowUsec: UInt64) {
         self.init(
             owner: owner.uniqueName, ownerIdentity: owner.identity.ownerIdentity, features: options.features,
             zoomFactor: options.zoomFactor, textScale: options.textScale, inhibitSleep: options.inhibitSleep,
-            deadlineUsec: Self.deadline(nowUsec: nowUsec, timeLimitSec: options.timeLimitSec), snapshot: [:])
+            deadlineUsec: Self.deadline(nowUsec: nowUsec, timeLimitSec: options.timeLimitSec))
     }
 
     /// Every field, as the journal stores them.
     public init(
         owner: String?, ownerIdentity: OwnerIdentity, features: Set<Feature>, zoomFactor: Double,
-        textScale: Double, inhibitSleep: Bool, deadlineUsec: UInt64, snapshot: [SettingKey: StoredValue],
-        programs: [Feature: ProgramRecord] = [:], isEnding: Bool = false
+        textScale: Double, inhibitSleep: Bool, deadlineUsec: UInt64, isEnding: Bool = false
     ) {
         self.isEnding = isEnding
         self.owner = owner
@@ -111,12 +104,15 @@ public struct Session: Hashable, Sendable {
         self.textScale = textScale
         self.inhibitSleep = inhibitSleep
         self.deadlineUsec = deadlineUsec
-        self.snapshot = snapshot
-        self.programs = programs
     }
 
     public var keyMapOptions: FeatureKeyMap.Options {
         FeatureKeyMap.Options(zoomFactor: zoomFactor, textScale: textScale)
+    }
+
+    /// What the drivers are to make real for it.
+    package var target: DriverTarget {
+        DriverTarget(features: features, zoomFactor: zoomFactor, textScale: textScale)
     }
 
     /// `SessionOwner`: "" while the owner is gone.
@@ -184,42 +180,5 @@ public struct Session: Hashable, Sendable {
                     "\(caller.uniqueName) (\(caller.identity.ownerIdentity)) does not own the session of \(session.ownerIdentity)")
             }
         }
-    }
-
-    // MARK: Settings bookkeeping
-
-    /// Records, for each key not yet in the snapshot, its value now. Call it
-    /// before writing `keys`, and journal the result before the write, so a
-    /// crash in between still knows what to put back.
-    public mutating func recordSnapshot(
-        of keys: some Sequence<SettingKey>,
-        currentValue: (SettingKey) throws(SettingsBackendError) -> SettingValue?
-    ) throws(SettingsBackendError) {
-        for key in keys where snapshot[key] == nil {
-            snapshot[key] = StoredValue(try currentValue(key))
-        }
-    }
-
-    /// The backend changes that realise `change`: new values, and the keys no
-    /// longer required put back to their snapshot. A key with no snapshot was
-    /// never written by the session and is left alone.
-    public func settingChanges(for change: KeyMapChange) -> [SettingKey: SettingValue?] {
-        var changes: [SettingKey: SettingValue?] = change.write.mapValues { $0 }
-        for key in change.restore {
-            if let stored = snapshot[key] { changes[key] = .some(stored.settingValue) }
-        }
-        return changes
-    }
-
-    /// After a successful write of `change`: the restored keys are the
-    /// user's again, so the end of the session will not touch them.
-    public mutating func forgetSnapshot(of keys: some Sequence<SettingKey>) {
-        for key in keys { snapshot[key] = nil }
-    }
-
-    /// The backend changes that end the session: every written key back to
-    /// its state before the session.
-    public var restoringChanges: [SettingKey: SettingValue?] {
-        snapshot.mapValues { $0.settingValue }
     }
 }

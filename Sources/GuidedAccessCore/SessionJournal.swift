@@ -3,20 +3,23 @@ import Glibc
 #endif
 import Synchronization
 
-/// What survives a restart of the service: the session, if any, and the
+/// What survives a restart of the service: the session, if any, the
 /// registered restrictions with their states (restrictions outlive restarts
-/// even outside a session).
-public struct JournalState: Hashable, Sendable {
+/// even outside a session), and what each driver keeps of what it changed.
+public struct JournalState: Equatable, Sendable {
     public var session: Session?
     public var restrictions: [Restriction]
-    /// Keys a session that did not start may have changed, with their values
-    /// from before it (`SessionStore.owed`).
-    public var owed: [SettingKey: StoredValue]
+    /// Each driver's record, by its name (`FeatureDriver.record`).
+    package var drivers: [String: JSON]
 
-    public init(session: Session?, restrictions: [Restriction], owed: [SettingKey: StoredValue] = [:]) {
+    public init(session: Session?, restrictions: [Restriction]) {
+        self.init(session: session, restrictions: restrictions, drivers: [:])
+    }
+
+    package init(session: Session?, restrictions: [Restriction], drivers: [String: JSON]) {
         self.session = session
         self.restrictions = restrictions
-        self.owed = owed
+        self.drivers = drivers
     }
 }
 
@@ -46,7 +49,7 @@ public enum JournalError: Error, Hashable, Sendable, CustomStringConvertible {
 ///
 /// `SessionStore` records it before every settings write.
 public struct SessionJournal: Sendable {
-    public static let version = 1
+    public static let version = 2
     public static let fileName = "journal.json"
 
     public let directory: String
@@ -64,8 +67,11 @@ public struct SessionJournal: Sendable {
     /// never silently dropped, never read again as if it were good. The
     /// journal is checked as strictly as a caller's arguments: whatever put
     /// it there, the service takes up only a session and restrictions a
-    /// caller could have made.
-    public func load() throws(JournalError) -> JournalState? {
+    /// caller could have made, and each driver's record by `check` (given
+    /// the driver's name). A journal of version 1 is read as version 2.
+    package func load(
+        check: (String, JSON) throws(DriverRecordError) -> Void = { _, _ in }
+    ) throws(JournalError) -> JournalState? {
         let found: FileContents.Regular
         do {
             found = try FileContents.readRegular(path, limit: Self.maxBytes)
@@ -82,7 +88,7 @@ public struct SessionJournal: Sendable {
         do {
             let json = try JSON.parse(bytes)
             // A newer service's journal is left in place, whatever its shape.
-            if case .number(let text)? = json["version"], let version = Int(text), version != Self.version {
+            if case .number(let text)? = json["version"], let version = Int(text), !(1...Self.version).contains(version) {
                 throw JournalError.unsupportedVersion(path: path, version: version)
             }
             record = try JournalRecord(json: json)
@@ -92,7 +98,15 @@ public struct SessionJournal: Sendable {
             throw try moveAside(reason: "\(error)")
         }
         do {
-            return try record.state()
+            let state = try record.state()
+            for (name, driverRecord) in state.drivers.sorted(by: { $0.key < $1.key }) {
+                do {
+                    try check(name, driverRecord)
+                } catch {
+                    throw JournalRecord.Invalid(reason: "the record of '\(name)': \(error.reason)")
+                }
+            }
+            return state
         } catch let invalid as JournalRecord.Invalid {
             throw try moveAside(reason: invalid.reason)
         } catch {
@@ -176,8 +190,11 @@ public struct SessionJournal: Sendable {
     }
 }
 
-/// The file format, version 1. Kept apart from the domain types so either can
-/// change without the other, and so a stored value says whether it was unset.
+/// The file format, version 2. Kept apart from the domain types so either
+/// can change without the other, and so a stored value says whether it was
+/// unset. Version 1 kept the settings' snapshot and the programs in the
+/// session, and the keys owed outside one at the top: they are read as the
+/// records of the drivers named `settings` and `session-programs`.
 struct JournalRecord {
     struct Invalid: Error { var reason: String }
 
@@ -190,8 +207,6 @@ struct JournalRecord {
         var textScale: Double
         var inhibitSleep: Bool
         var deadlineUsec: UInt64
-        var snapshot: [SnapshotEntry]
-        var programs: [Feature: ProgramRecord]
         var ending: Bool
     }
 
@@ -215,7 +230,7 @@ struct JournalRecord {
     var version: Int
     var session: SessionRecord?
     var restrictions: [RestrictionRecord]
-    var owed: [SnapshotEntry]
+    var drivers: [(String, JSON)]
 
     init(_ state: JournalState) {
         version = SessionJournal.version
@@ -223,13 +238,12 @@ struct JournalRecord {
             SessionRecord(
                 owner: s.owner, ownerUID: s.ownerIdentity.uid, ownerExecutable: s.ownerIdentity.executablePath,
                 features: s.features.sortedWireNames, zoomFactor: s.zoomFactor, textScale: s.textScale,
-                inhibitSleep: s.inhibitSleep, deadlineUsec: s.deadlineUsec,
-                snapshot: Self.entries(s.snapshot), programs: s.programs, ending: s.isEnding)
+                inhibitSleep: s.inhibitSleep, deadlineUsec: s.deadlineUsec, ending: s.isEnding)
         }
         restrictions = state.restrictions.sorted { $0.identifier < $1.identifier }.map {
             RestrictionRecord(identifier: $0.identifier, text: $0.text, detail: $0.detail, state: $0.state.rawValue)
         }
-        owed = Self.entries(state.owed)
+        drivers = state.drivers.sorted { $0.key < $1.key }
     }
 
     static func entries(_ snapshot: [SettingKey: StoredValue]) -> [SnapshotEntry] {
@@ -283,11 +297,10 @@ struct JournalRecord {
             if let path = s.ownerExecutable, !path.hasPrefix("/") || path.utf8.count > 4096 {
                 throw Invalid(reason: "the owner's executable is not an absolute path")
             }
-            let snapshot = try Self.snapshot(s.snapshot)
             return Session(
                 owner: s.owner, ownerIdentity: OwnerIdentity(uid: s.ownerUID, executablePath: s.ownerExecutable),
                 features: features, zoomFactor: s.zoomFactor, textScale: s.textScale, inhibitSleep: s.inhibitSleep,
-                deadlineUsec: s.deadlineUsec, snapshot: snapshot, programs: s.programs, isEnding: s.ending)
+                deadlineUsec: s.deadlineUsec, isEnding: s.ending)
         }
         // The registry's own checks: identifiers, text sizes, no duplicate, the limit.
         var registry = RestrictionRegistry()
@@ -306,7 +319,12 @@ struct JournalRecord {
             }
             return Restriction(identifier: r.identifier, text: r.text, detail: r.detail, state: state)
         }
-        return JournalState(session: session, restrictions: restrictions, owed: try Self.snapshot(owed))
+        var drivers: [String: JSON] = [:]
+        for (name, record) in self.drivers {
+            guard Self.isDriverName(name) else { throw Invalid(reason: "'\(name)' is not a driver's name") }
+            guard drivers.updateValue(record, forKey: name) == nil else { throw Invalid(reason: "two records of '\(name)'") }
+        }
+        return JournalState(session: session, restrictions: restrictions, drivers: drivers)
     }
 
     /// `:` and dot-separated elements of `[A-Za-z0-9_-]`, at most 255 bytes.
@@ -320,6 +338,12 @@ struct JournalRecord {
                         || (0x41...0x5A).contains(b) || (0x61...0x7A).contains(b)
                 }
         }
+    }
+
+    /// `[a-z0-9-]`, 1 to 64 bytes.
+    static func isDriverName(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= 64
+            && name.utf8.allSatisfy { $0 == UInt8(ascii: "-") || (0x30...0x39).contains($0) || (0x61...0x7A).contains($0) }
     }
 }
 
@@ -335,7 +359,7 @@ extension JournalRecord {
     func json() -> JSON {
         var members: [(String, JSON)] = []
         members.reserveCapacity(4)
-        if !owed.isEmpty { members.append(("owed", .array(owed.map { $0.json() }))) }
+        if !drivers.isEmpty { members.append(("drivers", .object(drivers))) }
         members.append(("restrictions", .array(restrictions.map { $0.json() })))
         if let session { members.append(("session", session.json())) }
         members.append(("version", .number(String(version))))
@@ -346,11 +370,31 @@ extension JournalRecord {
         guard case .object = json else { throw Invalid(reason: "the journal is not a JSON object") }
         version = try json.integer("version")
         restrictions = try json.array("restrictions").map { item throws(Invalid) in try RestrictionRecord(json: item) }
-        owed = json["owed"] == nil ? [] : try json.array("owed").map { item throws(Invalid) in try SnapshotEntry(json: item) }
         if let session = json["session"], session != .null {
             self.session = try SessionRecord(json: session)
         } else {
             session = nil
+        }
+        drivers = []
+        if version == 1 {
+            // The settings' snapshot: the session's, and the keys owed outside one.
+            var snapshot: [JSON] = []
+            if let session = json["session"], session != .null { snapshot = try session.array("snapshot") }
+            if json["owed"] != nil {
+                // A key in both: the session's value from before it counts.
+                func key(_ entry: JSON) -> [JSON?] { [entry["schema"], entry["key"]] }
+                let listed = snapshot.map(key)
+                snapshot += try json.array("owed").filter { !listed.contains(key($0)) }
+            }
+            if !snapshot.isEmpty { drivers.append(("settings", SettingsDriver.record(of: snapshot))) }
+            if let programs = json["session"]?["programs"], programs != .null {
+                drivers.append(("session-programs", .object([("programs", programs)])))
+            }
+            return
+        }
+        if let records = json["drivers"] {
+            guard case .object(let members) = records else { throw Invalid(reason: "'drivers' is not an object") }
+            drivers = members
         }
     }
 }
@@ -360,7 +404,7 @@ extension JournalRecord.SessionRecord {
         var members: [(String, JSON)] = [
             ("deadlineUsec", .number(String(deadlineUsec))),
         ]
-        members.reserveCapacity(11)
+        members.reserveCapacity(9)
         // Only while an end is under way: other journals keep their bytes.
         if ending { members.append(("ending", .bool(true))) }
         members.append(("features", .array(features.map(JSON.string))))
@@ -368,20 +412,6 @@ extension JournalRecord.SessionRecord {
         if let owner { members.append(("owner", .string(owner))) }
         if let ownerExecutable { members.append(("ownerExecutable", .string(ownerExecutable))) }
         members.append(("ownerUID", .number(String(ownerUID))))
-        if !programs.isEmpty {
-            members.append(("programs", .array(programs.sorted { $0.key < $1.key }.map { feature, record in
-                switch record {
-                case .process(let pid, let startTime, let bootID):
-                    return .object([
-                        ("bootID", .string(bootID)), ("feature", .string(feature.wireName)),
-                        ("pid", .number(String(pid))), ("startTime", .number(String(startTime))),
-                    ])
-                case .unit(let name):
-                    return .object([("feature", .string(feature.wireName)), ("unit", .string(name))])
-                }
-            })))
-        }
-        members.append(("snapshot", .array(snapshot.map { $0.json() })))
         members.append(("textScale", .number(String(textScale))))
         members.append(("zoomFactor", .number(String(zoomFactor))))
         return .object(members)
@@ -400,31 +430,6 @@ extension JournalRecord.SessionRecord {
         inhibitSleep = try json.bool("inhibitSleep")
         deadlineUsec = try json.integer("deadlineUsec")
         ending = json["ending"] == nil ? false : try json.bool("ending")
-        snapshot = try json.array("snapshot").map { item throws(JournalRecord.Invalid) in
-            try JournalRecord.SnapshotEntry(json: item)
-        }
-        programs = [:]
-        if json["programs"] != nil, json["programs"] != .null {
-            for program in try json.array("programs") {
-                let name = try program.string("feature")
-                guard let feature = Feature(rawValue: name), let kind = SessionProgramKind(feature) else {
-                    throw .init(reason: "'\(name)' is not a feature the service runs a program for")
-                }
-                guard programs[feature] == nil else { throw .init(reason: "two programs for '\(name)'") }
-                if program["unit"] != nil {
-                    let unit = try program.string("unit")
-                    guard kind.isUnitName(unit) else {
-                        throw .init(reason: "'\(unit)' is not a unit the service runs for '\(name)'")
-                    }
-                    programs[feature] = .unit(unit)
-                } else {
-                    let pid: Int32 = try program.integer("pid")
-                    guard pid > 0 else { throw .init(reason: "the pid \(pid) of '\(name)' is not a process id") }
-                    programs[feature] = .process(
-                        pid: pid, startTime: try program.integer("startTime"), bootID: try program.string("bootID"))
-                }
-            }
-        }
     }
 }
 

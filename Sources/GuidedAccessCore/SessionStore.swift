@@ -1,24 +1,25 @@
-/// The session, the restrictions and what makes them survive a crash: the one
-/// owner of every change to them.
+/// The session, the restrictions and what makes them survive a crash: the
+/// one owner of every change to them, and the session transaction across the
+/// drivers (`FeatureDriver`).
 ///
-/// A settings change is one transaction: the keys it writes are snapshotted,
-/// the journal learns the new state, then the backend writes; keys given
-/// back leave the snapshot once their restore is written, and the journal
-/// catches up later (`journalBehind`, `refreshJournal`). So after a crash
-/// the journal knows every key that may have been written and what to put
-/// back — at worst a key is restored that was never changed. A write whose
-/// outcome is unknown (the store did not answer in time) counts as made:
-/// its keys stay in the snapshot, and the end puts them back.
+/// A change is one transaction, in the drivers' order: each driver prepares
+/// it (checks it, and records what a restart would need to undo it), the
+/// journal learns the session as it is to be with every driver's record,
+/// then each driver applies it. A driver that fails undoes the change: every
+/// driver that took part, the failing one included, applies the session as
+/// it was — all or nothing. The journal catches up later with records that
+/// only shrank (`journalBehind`, `refreshJournal`); one that grew (a program
+/// started) is journaled at once.
 ///
 /// Bus-free: the service calls it from its one executor, and tests drive it
-/// with the memory backend. A backend write is awaited (another process
-/// writes), so writes take turns (`exclusively`) while reads go on; changes
-/// that write no settings (`change`, `note`, `commit`) need no turn and are
-/// journaled together with a write that is out.
+/// with the memory backend. A driver's work is awaited, so changes take
+/// turns (`exclusively`) while reads go on; changes that apply nothing
+/// (`change`, `note`, `commit`) need no turn and are journaled together
+/// with a change that is out.
 public final class SessionStore {
     public let journal: SessionJournal
-    public let backend: any SettingsBackend
-    public let keyMap: FeatureKeyMap
+    /// In the order the transaction runs them.
+    package let drivers: [any FeatureDriver]
 
     /// The active session, if any: what is in effect.
     public private(set) var session: Session?
@@ -26,18 +27,22 @@ public final class SessionStore {
     /// One more for every session begun or resumed: which session a call was
     /// admitted for (`isCurrent`).
     public private(set) var generation: UInt64 = 0
-    /// The journal still lists keys a change gave back: written again by
-    /// `refreshJournal`, off the calls' path. Any journal write clears it.
+    /// The journal holds records bigger than the drivers' now (what was
+    /// given back): written again by `refreshJournal`, off the calls' path.
+    /// Any journal write clears it.
     public private(set) var journalBehind = false
-    /// While a backend write is out: the session as the journal has it, one
-    /// write ahead of `session` (beginning, changing features, ending).
+    /// What the drivers deliver together now (`updateSupport`).
+    package private(set) var support = FeatureSupport.nothing
+    /// While a change is out: the session as the journal has it, one change
+    /// ahead of `session` (beginning, changing features, ending).
     private var ahead: Session?
+    private var journaled: [String: JSON] = [:]
     private let turns = Turns()
 
-    public init(journal: SessionJournal, backend: any SettingsBackend, keyMap: FeatureKeyMap) {
+    package init(journal: SessionJournal, drivers: [any FeatureDriver]) {
         self.journal = journal
-        self.backend = backend
-        self.keyMap = keyMap
+        self.drivers = drivers
+        updateSupport()
     }
 
     /// Whether `generation` is the active session's.
@@ -47,7 +52,7 @@ public final class SessionStore {
 
     /// Runs `body` — a call's checks of the session and the change it makes
     /// — as the only one of its kind: checks made in it still hold when its
-    /// write is done. Every change that writes settings runs in one.
+    /// change is done. Every change the drivers apply runs in one.
     public func exclusively<T>(
         isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T
     ) async throws -> T {
@@ -56,85 +61,144 @@ public final class SessionStore {
         return try await body()
     }
 
-    // MARK: Sessions
+    // MARK: What is supported
 
-    /// Starts `new` with its features' keys written, all or nothing. Keys
-    /// still owed a restore (`owed`) join its snapshot: its end restores
-    /// them. A write of unknown outcome makes its keys owed, and their
-    /// restore is tried at once.
-    nonisolated(nonsending) public func begin(_ new: Session) async throws(GuidedAccessError) {
-        precondition(session == nil, "a session is active")
-        var new = new
-        new.snapshot.merge(owed) { _, owedValue in owedValue }
-        switch await transact(keyMap.change(from: [], to: new.features, options: new.keyMapOptions), to: new) {
-        case .written(let started):
-            session = started
-            owed = [:]
-            generation &+= 1
-        case .failed(let error):
-            throw error
-        case .unknown(let error, let attempted):
-            owed = attempted.snapshot
-            do {
-                try record(nil)
-            } catch let journalError {
-                // The journal still holds the session as begun: a restart
-                // would resume it.
-                throw .backendFailed("\(error.message); nor can the journal record what it may have changed: \(journalError.message)")
-            }
-            throw error
-        }
-    }
-
-    /// Keys a session that did not start may have changed (its write's
-    /// outcome is unknown), with their values from before it: journaled, put
-    /// back by `settleOwed` (and at the next start), or by the end of the
-    /// next session, whose snapshot takes them.
-    public private(set) var owed: [SettingKey: StoredValue] = [:]
-
-    /// Puts the owed keys back; true once none are owed.
-    nonisolated(nonsending) public func settleOwed() async -> Bool {
-        precondition(turns.isTaken, "a settings write outside `exclusively`")
-        guard session == nil else { return owed.isEmpty }
-        return await restoreOwed()
-    }
-
-    nonisolated(nonsending) private func restoreOwed() async -> Bool {
-        guard !owed.isEmpty else { return true }
-        do {
-            try await backend.apply(try backend.check(owed.mapValues(\.settingValue)))
-        } catch {
-            return false
-        }
-        owed = [:]
-        try? record(nil)
+    /// Computes `support` from the drivers now; whether it changed.
+    @discardableResult
+    package func updateSupport() -> Bool {
+        let new = FeatureSupport(capabilities: drivers.map(\.capabilities), desktopParts: drivers.map(\.desktopPart))
+        guard new != support else { return false }
+        support = new
         return true
     }
 
-    /// Turns the session's features into `features`, all or nothing. The
-    /// programs of features turned off leave the session's record; returns
-    /// those features (their programs are the caller's to stop).
-    @discardableResult
-    nonisolated(nonsending) public func setFeatures(_ features: Set<Feature>) async throws(GuidedAccessError) -> Set<Feature> {
-        guard var new = session else { throw .notInSession("no session is active") }
-        let before = new.features
-        guard features != before else { return [] }
-        new.features = features
-        let turnedOff = before.subtracting(features)
-        for feature in turnedOff { new.programs[feature] = nil }
-        switch await transact(keyMap.change(from: before, to: features, options: new.keyMapOptions), to: new) {
-        case .written(var changed):
-            // A program noted for one of them while the write was out.
-            for feature in turnedOff { changed.programs[feature] = nil }
-            session = changed
-            return turnedOff
-        case .failed(let error), .unknown(let error, _):
-            throw error
+    /// What driver `index` is to make real for `session` (nil: none).
+    private func target(_ index: Int, for session: Session?) -> DriverTarget {
+        guard var target = session?.target else { return .none }
+        if index < support.coveredElsewhere.count {
+            target.coveredElsewhere = support.coveredElsewhere[index].intersection(target.features)
         }
+        return target
     }
 
-    /// A change of the session that writes no settings (owner, programs):
-    /// journaled first, kept only if that succeeded.
+    // MARK: Sessions
+
+    /// Starts `new` with its features made real, all or nothing.
+    nonisolated(nonsending) package func begin(_ new: Session) async throws(GuidedAccessError) {
+        precondition(session == nil, "a session is active")
+        try await transact(to: new, journaling: new)
+        session = new
+        generation &+= 1
+    }
+
+    /// Turns the session's features into `features`, all or nothing.
+    nonisolated(nonsending) package func setFeatures(_ features: Set<Feature>) async throws(GuidedAccessError) {
+        guard var new = session else { throw .notInSession("no session is active") }
+        guard features != new.features else { return }
+        new.features = features
+        try await transact(to: new, journaling: new)
+        // What happened meanwhile (an owner that left) is kept.
+        session?.features = features
+    }
+
+    /// What ending a session did.
+    public struct Ending: Sendable {
+        public var session: Session
+        /// The restrictions that were denied and are allowed again, sorted.
+        public var allowedAgain: [String]
+        /// What the drivers add to the log line and the audit record.
+        package var summaries: [DriverSummary]
+        /// Drivers that could not release everything (after the first had:
+        /// the session is over all the same), for the log.
+        public var problems: [String]
+        /// Why the end could not be journaled after the drivers released
+        /// it, if it could not (the journal still marks the session as
+        /// ending: the next start finishes the end).
+        public var journalProblem: String?
+    }
+
+    /// Releases what every driver made real for the session, allows every
+    /// restriction again, forgets the session. The journal first marks the
+    /// session as ending, so that a restart finishes the end instead of
+    /// resuming it. An end that cannot be recorded, or that the first driver
+    /// cannot release (the keys cannot be put back), changes nothing: the
+    /// session stays, for a retry.
+    nonisolated(nonsending) package func end() async throws(GuidedAccessError) -> Ending {
+        precondition(turns.isTaken, "a change outside `exclusively`")
+        guard var ending = session else { throw .notInSession("no session is active") }
+        ending.isEnding = true
+        ahead = ending
+        do {
+            try record(ending)
+        } catch {
+            ahead = nil
+            throw .backendFailed("cannot record the end of the session: \(error.message)")
+        }
+        let problems: [String]
+        do {
+            problems = try await release()
+        } catch {
+            // The session goes on; best effort, for the next start too.
+            ahead = nil
+            try? record(session)
+            throw error.apiError
+        }
+        ahead = nil
+        let ended = session!
+        let allowedAgain = registry.resetAll()
+        session = nil
+        var problem: String?
+        do {
+            try record(nil)
+        } catch {
+            problem = "the session's changes are undone, but the journal cannot record that the session ended: \(error.message); the next start finishes the end"
+        }
+        return Ending(
+            session: ended, allowedAgain: allowedAgain, summaries: drivers.compactMap(\.endSummary), problems: problems,
+            journalProblem: problem)
+    }
+
+    /// Whether a driver still holds something outside a session (a write
+    /// of unknown outcome for a session that did not start): `settle` puts
+    /// it back.
+    public var hasLeftovers: Bool {
+        session == nil && drivers.contains { $0.record != nil }
+    }
+
+    /// Puts back what the drivers still hold outside a session; true once
+    /// nothing is left.
+    nonisolated(nonsending) public func settle() async -> Bool {
+        precondition(turns.isTaken, "a change outside `exclusively`")
+        guard session == nil else { return true }
+        guard hasLeftovers else { return true }
+        _ = try? await release()
+        try? record(nil)
+        return !hasLeftovers
+    }
+
+    /// Applies the session again to every driver: what they can do changed
+    /// (the desktop, a browser came). Returns the drivers' failures, for the
+    /// log; nothing is undone.
+    nonisolated(nonsending) package func reapply() async -> [String] {
+        precondition(turns.isTaken, "a change outside `exclusively`")
+        guard let current = session else { return [] }
+        var problems: [String] = []
+        var urgent = false
+        for (index, driver) in drivers.enumerated() {
+            do {
+                try driver.prepare(target(index, for: current))
+                urgent = try await driver.apply(target(index, for: current)) || urgent
+            } catch {
+                driver.cancel()
+                problems.append(error.message)
+            }
+        }
+        caughtUp(urgent: urgent)
+        return problems
+    }
+
+    /// A change of the session that applies nothing (owner): journaled
+    /// first, kept only if that succeeded.
     public func change(_ body: (inout Session) -> Void) throws(GuidedAccessError) {
         guard var new = session else { throw .notInSession("no session is active") }
         body(&new)
@@ -147,8 +211,8 @@ public final class SessionStore {
     }
 
     /// A change of the session that has happened whatever the journal says
-    /// (its owner left the bus, a program exited): kept, and journaled as
-    /// well as can be. Returns the journal's error, for the log.
+    /// (its owner left the bus): kept, and journaled as well as can be.
+    /// Returns the journal's error, for the log.
     @discardableResult
     public func note(_ body: (inout Session) -> Void) -> GuidedAccessError? {
         guard var new = session else { return nil }
@@ -156,62 +220,24 @@ public final class SessionStore {
         guard new != session else { return nil }
         session = new
         if ahead != nil { body(&ahead!) }
+        return recordNow()
+    }
+
+    /// A driver's record changed outside a change (a program started
+    /// again): journaled now. Returns the journal's error, for the log.
+    @discardableResult
+    package func noteRecords() -> GuidedAccessError? {
+        guard drivers.contains(where: { $0.record != journaled[$0.name] }) else { return nil }
+        return recordNow()
+    }
+
+    private func recordNow() -> GuidedAccessError? {
         do {
-            try record(ahead ?? new)
+            try record(ahead ?? session)
             return nil
         } catch {
             return error
         }
-    }
-
-    /// What ending a session did.
-    public struct Ending: Sendable {
-        public var session: Session
-        /// The restrictions that were denied and are allowed again, sorted.
-        public var allowedAgain: [String]
-        /// Why the end could not be journaled after the keys were put back,
-        /// if it could not (the journal still marks the session as ending:
-        /// the next start finishes the end).
-        public var journalProblem: String?
-    }
-
-    /// Puts every written key back, allows every restriction again, forgets
-    /// the session. The journal first marks the session as ending, so that a
-    /// restart finishes the end instead of resuming it; an end that cannot be
-    /// recorded, or whose keys cannot be put back, changes nothing: the
-    /// session stays, for a retry.
-    nonisolated(nonsending) public func end() async throws(GuidedAccessError) -> Ending {
-        precondition(turns.isTaken, "a settings write outside `exclusively`")
-        guard var ending = session else { throw .notInSession("no session is active") }
-        ending.isEnding = true
-        ahead = ending
-        do {
-            try record(ending)
-        } catch {
-            ahead = nil
-            throw .backendFailed("cannot record the end of the session: \(error.message)")
-        }
-        let restore: CheckedChange
-        do {
-            restore = try backend.check(ending.restoringChanges)
-            try await backend.apply(restore)
-        } catch {
-            // The session goes on; best effort, for the next start too.
-            ahead = nil
-            try? record(session)
-            throw .backendFailed("\(backend.name) backend: cannot restore the settings: \(error.message)")
-        }
-        ahead = nil
-        let ended = session!
-        let allowedAgain = registry.resetAll()
-        session = nil
-        var problem: String?
-        do {
-            try record(nil)
-        } catch {
-            problem = "the settings are restored, but the journal cannot record that the session ended: \(error.message); the next start finishes the end"
-        }
-        return Ending(session: ended, allowedAgain: allowedAgain, journalProblem: problem)
     }
 
     // MARK: Restrictions
@@ -221,11 +247,13 @@ public final class SessionStore {
     @discardableResult
     public func commit(_ updated: RestrictionRegistry) throws(GuidedAccessError) -> Bool {
         guard updated != registry else { return false }
+        let records = currentRecords()
         do {
-            try journal.record(JournalState(session: ahead ?? session, restrictions: updated.restrictions, owed: owed))
+            try journal.record(JournalState(session: ahead ?? session, restrictions: updated.restrictions, drivers: records))
         } catch {
             throw .backendFailed("cannot record the restrictions: \(error)")
         }
+        journaled = records
         journalBehind = false
         registry = updated
         return true
@@ -233,165 +261,157 @@ public final class SessionStore {
 
     // MARK: The journal
 
-    /// Writes the journal again if it still lists keys given back.
+    /// Writes the journal again if it still holds what was given back.
     public func refreshJournal() throws(GuidedAccessError) {
-        guard journalBehind, let session, ahead == nil else { return }
+        guard journalBehind, ahead == nil else { return }
         try record(session)
     }
 
+    private func currentRecords() -> [String: JSON] {
+        var records: [String: JSON] = [:]
+        for driver in drivers {
+            if let record = driver.record { records[driver.name] = record }
+        }
+        return records
+    }
+
     private func record(_ new: Session?) throws(GuidedAccessError) {
+        let records = currentRecords()
         do {
-            try journal.record(JournalState(session: new, restrictions: registry.restrictions, owed: owed))
+            try journal.record(JournalState(session: new, restrictions: registry.restrictions, drivers: records))
         } catch {
             throw .backendFailed("cannot record the session: \(error)")
         }
+        journaled = records
         journalBehind = false
     }
 
-    /// How a transaction ended.
-    private enum Outcome {
-        /// Written: the session it makes, with what changed meanwhile.
-        case written(Session)
-        /// Nothing changed.
-        case failed(GuidedAccessError)
-        /// The write may have been made, or may yet be: its keys are in the
-        /// snapshot of the session (the one given, for a session beginning).
-        case unknown(GuidedAccessError, Session)
+    /// After drivers applied: a record that grew is journaled now; one that
+    /// only shrank is left for `refreshJournal`.
+    private func caughtUp(urgent: Bool) {
+        if urgent, ahead == nil, recordNow() == nil { return }
+        if currentRecords() != journaled { journalBehind = true }
     }
 
-    /// The transaction: checks the change's values, records the snapshot of
-    /// the keys it writes, journals `target` (the session once `change` is
-    /// written), then writes. On success the keys it gave back leave the
-    /// snapshot.
-    nonisolated(nonsending) private func transact(_ change: KeyMapChange, to target: Session) async -> Outcome {
-        precondition(turns.isTaken, "a settings write outside `exclusively`")
-        var target = target
-        guard !change.isEmpty else {
+    /// The transaction to `target` (nil: no session), journaling `journaled`
+    /// (the session as the journal must have it meanwhile), all or nothing.
+    nonisolated(nonsending) private func transact(to target: Session?, journaling journaled: Session?) async throws(GuidedAccessError) {
+        precondition(turns.isTaken, "a change outside `exclusively`")
+        let previous = session
+        let targets = drivers.indices.map { self.target($0, for: target) }
+        for (index, driver) in drivers.enumerated() {
             do {
-                try record(target)
+                try driver.prepare(targets[index])
             } catch {
-                return .failed(error)
+                for prepared in drivers[..<index].reversed() { prepared.cancel() }
+                throw error.apiError
             }
-            return .written(target)
-        }
-        let checked: CheckedChange
-        do {
-            checked = try backend.check(target.settingChanges(for: change))
-        } catch {
-            return .failed(.unsupportedFeature(error.message))
-        }
-        let known = target.snapshot
-        do {
-            try target.recordSnapshot(of: change.write.keys) { key throws(SettingsBackendError) in
-                try backend.userValue(of: key)
-            }
-        } catch {
-            return .failed(.backendFailed("\(backend.name) backend: \(error.message)"))
         }
         do {
-            try record(target)
+            try record(journaled)
         } catch {
-            return .failed(.backendFailed("cannot record the session before changing settings: \(error.message)"))
+            for driver in drivers.reversed() { driver.cancel() }
+            throw .backendFailed("cannot record the session before changing it: \(error.message)")
         }
-        ahead = target
+        ahead = journaled
         defer { ahead = nil }
-        do {
-            try await backend.apply(checked)
-        } catch {
-            let failure = GuidedAccessError.backendFailed("\(backend.name) backend: \(error.message)")
-            guard error.kind == .outcomeUnknown else {
-                // Nothing was changed (backends apply all or nothing): the
-                // journal goes back, best effort — a leftover snapshot entry
-                // would only make the end restore a key it never wrote.
-                try? record(session)
-                return .failed(failure)
+        var urgent = false
+        for (index, driver) in drivers.enumerated() {
+            do {
+                urgent = try await driver.apply(targets[index]) || urgent
+            } catch {
+                // Undone by every driver that took part, last first; one
+                // whose outcome is unknown keeps in its record what it may
+                // have done, for its next change or the end.
+                for undone in (0...index).reversed() where undone != index || error.kind != .outcomeUnknown {
+                    let before = self.target(undone, for: previous)
+                    do {
+                        try drivers[undone].prepare(before)
+                        _ = try await drivers[undone].apply(before)
+                    } catch {
+                        drivers[undone].cancel()
+                    }
+                }
+                ahead = nil
+                try? record(previous)
+                throw error.apiError
             }
-            let taken = ahead!.snapshot.filter { known[$0.key] == nil }
-            if session != nil {  // else a session beginning: it journals what it owes
-                session!.snapshot.merge(taken) { kept, _ in kept }
-                try? record(session)
+        }
+        ahead = nil
+        caughtUp(urgent: urgent)
+    }
+
+    /// Every driver releases what it made real, in order. The first
+    /// failure of the first driver to fail stops the release when nothing
+    /// was released yet (thrown); later failures are returned.
+    nonisolated(nonsending) private func release() async throws(DriverFailure) -> [String] {
+        var problems: [String] = []
+        for (index, driver) in drivers.enumerated() {
+            do {
+                try driver.prepare(.none)
+                _ = try await driver.apply(.none)
+            } catch {
+                driver.cancel()
+                if index == 0 { throw error }
+                problems.append(error.message)
             }
-            var owing = ahead!
-            owing.snapshot.merge(taken) { kept, _ in kept }
-            return .unknown(failure, owing)
         }
-        var written = ahead!
-        if !change.restore.isEmpty {
-            written.forgetSnapshot(of: change.restore)
-            journalBehind = true
-        }
-        return .written(written)
+        return problems
     }
 
     // MARK: Recovery
 
     /// What `recover` found and did, for the log.
     public struct Recovery {
-        public var plan: RecoveryPlan
-        /// Keys the plan wanted written that could not be, and why.
-        public var writeProblem: String?
-        /// Keys that could not be read to check them against the journal.
-        public var unreadable: [(SettingKey, String)]
+        /// The session taken up (its owner dropped if gone), if any.
+        public var session: Session?
+        /// Its time limit passed while the service was down: it is to end now.
+        public var expired = false
+        /// Its end was under way when the service stopped: it is to end now.
+        public var unfinishedEnd = false
+        /// The session is to end now, not to be resumed.
+        public var endsNow: Bool { expired || unfinishedEnd }
+        /// The journal named an owner that is no longer on the bus.
+        public var ownerDropped = false
+        /// What the drivers did and found.
+        package var notes: [DriverNote] = []
         /// The journal could not be brought up to date.
         public var journalProblem: String?
-        /// No session: what the backend stopped imposing, or why it could not.
-        public var released: Result<[SettingKey], SettingsBackendError>?
-        /// Owed keys (`owed`) could not be put back yet.
-        public var owedProblem = false
     }
 
     /// Takes up `state` (the journal as loaded; nil for none) after a start:
-    /// the restrictions come back, and the session — its keys put in line
-    /// with it (`RecoveryPlan`), its owner dropped unless `ownerConnected`
-    /// says it is still on the bus. Without a session the backend lets go
-    /// of what it still imposes.
+    /// the restrictions come back, and the session — its owner dropped unless
+    /// `ownerConnected` says it is still on the bus — with each driver
+    /// taking up its record (`FeatureDriver.recover`). Without a session the
+    /// drivers put back what they still hold.
     nonisolated(nonsending) public func recover(
         _ state: JournalState?, ownerConnected: (String) -> Bool, nowUsec: UInt64
     ) async -> Recovery {
         registry = RestrictionRegistry(restrictions: state?.restrictions ?? [])
-        owed = state?.owed ?? [:]
-        var unreadable: [(SettingKey, String)] = []
-        var current: [SettingKey: SettingValue?] = [:]
-        for key in (state?.session?.snapshot.keys).map(Array.init) ?? [] {
-            do {
-                current[key] = .some(try backend.userValue(of: key))
-            } catch {
-                unreadable.append((key, error.message))
+        let records = state?.drivers ?? [:]
+        var recovery = Recovery()
+        var recovered = state?.session
+        if let session = recovered {
+            recovery.expired = session.isExpired(nowUsec: nowUsec)
+            recovery.unfinishedEnd = session.isEnding
+            if let owner = session.owner, !ownerConnected(owner) {
+                recovered?.owner = nil
+                recovery.ownerDropped = true
             }
         }
-        var plan = RecoveryPlan(
-            state: state, keyMap: keyMap, currentValues: current,
-            ownerConnected: state?.session?.owner.map(ownerConnected) ?? false, nowUsec: nowUsec)
-        var recovery = Recovery(plan: plan, unreadable: unreadable.sorted { $0.0 < $1.0 })
-        guard var recovered = plan.session else {
-            if !owed.isEmpty, await !restoreOwed() { recovery.owedProblem = true }
-            do {
-                recovery.released = .success(try backend.startedWithoutSession())
-            } catch {
-                recovery.released = .failure(error)
-            }
-            return recovery
-        }
-        // A crash while a session took the owed keys over: they are its.
-        let tookOwed = !owed.isEmpty
-        recovered.snapshot.merge(owed) { kept, _ in kept }
-        owed = [:]
-        var forget = plan.givenBack
-        if !plan.changes.isEmpty {
-            do {
-                try await backend.apply(try backend.check(plan.changes))
-            } catch {
-                recovery.writeProblem = error.message
-                // Those still to be restored stay in the snapshot: the session's end restores them.
-                forget.removeAll { plan.changes[$0] != nil }
-            }
-        }
-        recovered.forgetSnapshot(of: forget)
-        plan.session = recovered
-        recovery.plan = plan
         session = recovered
-        generation &+= 1
-        if plan.ownerDropped || !forget.isEmpty || tookOwed {
+        for (index, driver) in drivers.enumerated() {
+            let target = recovered.map { _ in self.target(index, for: recovered) }
+            recovery.notes += await driver.recover(records[driver.name], target: target, endsNow: recovery.endsNow)
+        }
+        for name in records.keys.sorted() where !drivers.contains(where: { $0.name == name }) {
+            recovery.notes.append(DriverNote(
+                .error, "the journal holds a record of '\(name)', which this configuration does not run: what it recorded is not undone, and the record is dropped"))
+        }
+        journaled = records
+        if recovered != nil { generation &+= 1 }
+        recovery.session = recovered
+        if recovery.ownerDropped || currentRecords() != records {
             do {
                 try record(recovered)
             } catch {
@@ -399,81 +419,6 @@ public final class SessionStore {
             }
         }
         return recovery
-    }
-}
-
-/// How a restarted service takes up the journal's session: a pure function
-/// of the journal, the key map and the keys' values now.
-///
-/// The journal is written before the settings, and keys a call gives back
-/// leave its snapshot only at a later write. So a resumed session may be one
-/// call ahead of the keys, or still list keys it gave back. The plan puts
-/// the keys in line with it:
-/// - a key its features require gets their value;
-/// - a listed key they do not require is put back to its snapshot value only
-///   while it still has a value the session would have written (the restore
-///   never happened); otherwise it was given back already — perhaps changed
-///   by the user since — and is left alone. Either way it leaves the
-///   snapshot, so the session's end does not touch it; only a key whose
-///   restore fails stays, for the end to restore.
-/// A session past its time limit (`expired`), or whose end was under way
-/// (`unfinishedEnd`), is about to end: nothing is written, the end restores
-/// what the snapshot keeps. A key that could not
-/// be read (absent from `currentValues`) is left as the journal has it.
-public struct RecoveryPlan: Equatable {
-    /// The session to take up, its owner dropped if gone; nil for none.
-    public var session: Session?
-    /// Writes that put keys in line with the session.
-    public var changes: [SettingKey: SettingValue?]
-    /// Keys that leave the snapshot (those in `changes` only once written).
-    public var givenBack: [SettingKey]
-    /// Its time limit passed while the service was down: it is to end now.
-    public var expired: Bool
-    /// Its end was under way when the service stopped: it is to end now.
-    public var unfinishedEnd: Bool
-    /// The session is to end now, not to be resumed.
-    public var endsNow: Bool { expired || unfinishedEnd }
-    /// The journal named an owner that is no longer on the bus.
-    public var ownerDropped: Bool
-
-    public init(
-        state: JournalState?, keyMap: FeatureKeyMap, currentValues: [SettingKey: SettingValue?],
-        ownerConnected: Bool, nowUsec: UInt64
-    ) {
-        changes = [:]
-        givenBack = []
-        ownerDropped = false
-        guard var session = state?.session else {
-            self.session = nil
-            expired = false
-            unfinishedEnd = false
-            return
-        }
-        expired = session.isExpired(nowUsec: nowUsec)
-        unfinishedEnd = session.isEnding
-        let endsNow = expired || unfinishedEnd
-        if session.owner != nil, !ownerConnected {
-            session.owner = nil
-            ownerDropped = true
-        }
-        let wanted = keyMap.keyValues(for: session.features, options: session.keyMapOptions)
-        for (key, stored) in session.snapshot.sorted(by: { $0.key < $1.key }) {
-            guard let current = currentValues[key] else { continue }
-            if let value = wanted[key] {
-                if !endsNow && current != value { changes[key] = .some(value) }
-                continue
-            }
-            let sessionValues = Feature.allCases.filter { !session.features.contains($0) }.compactMap {
-                keyMap.keyValues(for: session.features.union([$0]), options: session.keyMapOptions)[key]
-            }
-            if let current, sessionValues.contains(current), current != stored.settingValue {
-                // The restore never happened.
-                guard !endsNow else { continue }
-                changes[key] = .some(stored.settingValue)
-            }
-            givenBack.append(key)
-        }
-        self.session = session
     }
 }
 

@@ -1,23 +1,23 @@
-import BrowserLayer
 import DBus
 import Glibc
 import GuidedAccessCore
 import GuidedAccessWire
-import KioskSession
 import Logging
 
 /// The `org.guidedaccess.GuidedAccess1` service: sessions, features and
-/// restrictions over a settings backend, crash-safe through the journal.
+/// restrictions over the drivers that make features real, crash-safe
+/// through the journal.
 ///
 /// It runs on the connection's executor (one serial executor for the bus and
 /// all service state). Every handler has one shape: validate the arguments →
 /// one block of waits that identifies and admits the caller → one check that
 /// the session is the one it was admitted for → the change, through the
-/// `SessionStore` (journal first, then settings) → announcements and the
-/// programs the change needs → reply.
+/// `SessionStore` (journal first, then the drivers in order) →
+/// announcements → reply. It knows no driver by name: `guidedaccessd`
+/// builds the list.
 ///
 /// The service's parts, by file: this one (state, start-up, the interface
-/// table, announcements), Sessions, Restrictions, Callers, DesktopFeatures.
+/// table, announcements), Sessions, Restrictions, Callers, Drivers.
 public actor GuidedAccessService {
     public static let version = "0.1.0"
 
@@ -25,65 +25,32 @@ public actor GuidedAccessService {
         public var mode: ServiceMode
         public var policy: AccessPolicy
         public var defaults: SessionDefaults
-        public var journal: SessionJournal
         public var authority: any Authority
         /// The system bus, for logind's sleep inhibitor; nil when there is none.
         public var systemBus: @Sendable () async -> Connection?
         public var audit: AuditLog
-        /// `[Service] Desktop=`; nil detects it.
-        public var desktop: Desktop?
-        /// User mode: the service's own environment, which is its session's
-        /// (displays, XDG_RUNTIME_DIR, the session bus); what the screen reader gets.
-        public var sessionEnvironment: [String: String]
-        /// `[Browser] DevToolsEndpoint=`: the kiosk browser; nil: no browser layer.
-        public var devToolsEndpoint: DevToolsEndpoint?
+        /// The settings backend's name, for the `Backend` property.
+        public var backendName: String
 
         public init(
-            mode: ServiceMode, policy: AccessPolicy, defaults: SessionDefaults, journal: SessionJournal,
-            authority: any Authority, audit: AuditLog, desktop: Desktop? = nil,
-            sessionEnvironment: [String: String] = [:], devToolsEndpoint: DevToolsEndpoint? = nil,
-            systemBus: @escaping @Sendable () async -> Connection? = { nil }
+            mode: ServiceMode, policy: AccessPolicy, defaults: SessionDefaults, authority: any Authority,
+            audit: AuditLog, backendName: String, systemBus: @escaping @Sendable () async -> Connection? = { nil }
         ) {
-            self.devToolsEndpoint = devToolsEndpoint
             self.audit = audit
-            self.desktop = desktop
-            self.sessionEnvironment = sessionEnvironment
             self.mode = mode
             self.policy = policy
             self.defaults = defaults
-            self.journal = journal
             self.authority = authority
+            self.backendName = backendName
             self.systemBus = systemBus
         }
     }
 
     let connection: Connection
     let settings: Settings
-    /// The session, the restrictions, the journal and the settings backend.
+    /// The session, the restrictions, the journal and the drivers.
     let store: SessionStore
-    var backend: any SettingsBackend { store.backend }
     var session: Session? { store.session }
-    /// Features whose keys this system's backend has.
-    let backendSupported: Set<Feature>
-    /// `SupportedFeatures`: what the person at the kiosk would get now
-    /// (`updateSupport`), and why each other feature is not offered.
-    var supported: Set<Feature> = []
-    var unsupportedReasons: [Feature: String] = [:]
-    /// The desktop the features act on (`Desktop`), and what decided it.
-    var desktop: Desktop = .none
-    var display = SessionDisplay()
-    var sessionStartsScreenReader = false
-    var desktopWatch: [SubscriptionToken] = []
-    var socketWatch: DisplaySocketWatch?
-    /// The programs the service runs for features where nothing in the
-    /// session delivers them from the key (user mode, a backend that writes
-    /// real settings): the screen reader, an on-screen keyboard.
-    let programs: [Feature: SessionProgram]
-    /// The features inside the kiosk browser's pages, when configured.
-    let browser: BrowserLayer?
-    /// Whether `browser` is connected, as `SupportedFeatures` and `Desktop` last said.
-    var browserConnected = false
-    let backendName: String
     let logger: Logger
 
     var deadlineTask: Task<Void, Never>?
@@ -94,54 +61,42 @@ public actor GuidedAccessService {
     /// When connections appeared on the bus, where that is needed to tell
     /// a caller's process from a later one with its pid (`followConnectionAges`).
     var connectionAges: ConnectionAges?
-    /// A pending journal write after keys were given back (`journalSoon`).
+    /// A pending journal write after a driver gave something back (`journalSoon`).
     var journalRefresh: Task<Void, Never>?
-    /// Retries putting back owed keys (`settleOwedSoon`).
+    /// Retries putting back what a session that did not start left (`settleSoon`).
     var settleTask: Task<Void, Never>?
     let inhibitor: SleepInhibitor
     /// Whether the object is on the bus: before, signals have no one to go to
     /// (the name is not ours yet) and the bus layer refuses them.
     var exported = false
+    /// Whether a driver wants to hear of reads of `SupportedFeatures` and `Desktop`.
+    let driversFollowReads: Bool
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
 
-    public init(connection: Connection, backend: sending any SettingsBackend, settings: Settings, logger: Logger) {
+    /// `drivers`: how features reach the person at the kiosk, in the order
+    /// the session transaction runs them (the settings keys first).
+    package init(
+        connection: Connection, drivers: sending [any FeatureDriver], journal: SessionJournal, settings: Settings,
+        logger: Logger
+    ) {
         self.connection = connection
         self.settings = settings
         self.logger = logger
-        backendName = backend.name
         inhibitor = SleepInhibitor(systemBus: settings.systemBus, logger: logger)
-        let (supported, keyMap) = FeatureKeyMap.probe(backend)
-        backendSupported = supported
-        var programs: [Feature: SessionProgram] = [:]
-        if settings.mode == .user, !backend.realisesEveryFeature {
-            for kind in SessionProgramKind.allCases {
-                programs[kind.feature] = SessionProgram(kind, loop: connection.loop, bus: connection, logger: logger)
-            }
-        }
-        self.programs = programs
-        browser = settings.devToolsEndpoint.map { BrowserLayer(endpoint: $0, loop: connection.loop, logger: logger) }
-        store = SessionStore(journal: settings.journal, backend: backend, keyMap: keyMap)
+        driversFollowReads = drivers.contains { $0.followsReads }
+        store = SessionStore(journal: journal, drivers: drivers)
     }
 
     // MARK: Start-up
 
-    /// Recovers the journal, then exports the object. The caller requests
-    /// the bus name afterwards, so no call reaches a half-built service.
+    /// Starts the drivers, recovers the journal, then exports the object.
+    /// The caller requests the bus name afterwards, so no call reaches a
+    /// half-built service.
     public func start() async throws {
-        for (feature, program) in programs {
-            program.onEvent { [self] event in
-                Task(executorPreference: connection.loop) { await self.programEvent(feature, event) }
-            }
-        }
         await followConnectionAges()
-        await detectDesktop()
-        logSupport()
+        await startDrivers()
         try await recoverJournal()
-        for (feature, program) in programs.sorted(by: { $0.key < $1.key }) {
-            await program.stopUnknownUnits(keeping: session?.programs[feature])
-        }
-        await startBrowserLayer()
         try await connection.export([interface()], at: GuidedAccessBus.objectPath)
         exported = true
     }
@@ -149,7 +104,9 @@ public actor GuidedAccessService {
     private func recoverJournal() async throws {
         let state: JournalState?
         do {
-            state = try store.journal.load()
+            state = try store.journal.load { name, record throws(DriverRecordError) in
+                try store.drivers.first { $0.name == name }?.validate(record)
+            }
         } catch {
             guard case .corrupt = error else { throw error }
             // Kept aside by the journal; the service starts without a session.
@@ -161,45 +118,19 @@ public actor GuidedAccessService {
             connected.insert(owner)
         }
         let recovery = await store.recover(state, ownerConnected: connected.contains, nowUsec: Self.nowUsec())
-        for (key, problem) in recovery.unreadable {
-            logger.error("cannot read \(key) to check it against the journal: \(problem)")
-        }
-        if recovery.owedProblem {
-            logger.error("cannot put back yet the keys a session that did not start may have changed; retrying")
-            settleOwedSoon()
-        }
-        guard let recovered = recovery.plan.session else {
-            switch recovery.released {
-            case .success(let released) where !released.isEmpty:
-                logger.notice("no session in the journal: \(released.map { "\($0)" }.joined(separator: ", ")) no longer imposed")
-            case .failure(let error):
-                logger.error("no session in the journal, but what the backend still applies stays: \(error.message)")
-            default:
-                break
-            }
-            return
-        }
-        if !recovery.plan.changes.isEmpty {
-            let keys = recovery.plan.changes.keys.sorted().map { "\($0)" }.joined(separator: ", ")
-            if let problem = recovery.writeProblem {
-                logger.error("cannot put \(keys) in line with the journal: \(problem)")
-            } else {
-                logger.notice("the journal was ahead of the settings (a crash mid-call): \(keys) put in line with it")
-            }
-        }
+        log(recovery.notes)
         if let problem = recovery.journalProblem { logger.error("\(problem)") }
+        if store.hasLeftovers { settleSoon() }
+        guard let recovered = recovery.session else { return }
         logger.notice(
             "resumed the session of \(recovered.ownerIdentity) from the journal: features \(recovered.features.sortedWireNames)"
         )
-        if recovery.plan.endsNow {
-            let reason: SessionChangeReason = recovery.plan.unfinishedEnd ? .ended : .timeLimit
+        if recovery.endsNow {
+            let reason: SessionChangeReason = recovery.unfinishedEnd ? .ended : .timeLimit
             logger.notice(
-                recovery.plan.unfinishedEnd
+                recovery.unfinishedEnd
                     ? "its end was under way when the service stopped; finishing it"
                     : "its time limit passed while the service was down; ending it")
-            for (feature, leftOver) in recovered.programs {
-                await programs[feature]?.stopLeftOver(leftOver, environment: programEnvironment)
-            }
             do {
                 try await endSession(reason: reason)
             } catch {
@@ -208,9 +139,6 @@ public actor GuidedAccessService {
             }
             return
         }
-        // Before the deadline is armed: nothing else can end the session
-        // while the object is not exported, so the programs resume for it.
-        await resumePrograms()
         if let owner = recovered.owner { await watchOwner(owner) }
         scheduleDeadline()
         if recovered.inhibitSleep { await inhibitor.acquire() }
@@ -302,12 +230,12 @@ public actor GuidedAccessService {
                 },
                 Property(
                     GuidedAccessProperty.supportedFeatures.rawValue, [String].self,
-                    get: { await service?.supported.sortedWireNames ?? [] }, onRead: service?.browserLookout),
+                    get: { await service?.supportedFeatures ?? [] }, onRead: service?.readLookout),
                 Property(
                     GuidedAccessProperty.desktop.rawValue, String.self,
-                    get: { await service?.desktopProperty() ?? "" }, onRead: service?.browserLookout),
+                    get: { await service?.desktop ?? "" }, onRead: service?.readLookout),
                 Property(GuidedAccessProperty.backend.rawValue, String.self, changes: .constant) {
-                    service?.backendName ?? ""
+                    service?.settings.backendName ?? ""
                 },
                 Property(GuidedAccessProperty.version.rawValue, String.self, changes: .constant) {
                     GuidedAccessService.version
@@ -330,10 +258,13 @@ public actor GuidedAccessService {
 
     // MARK: Announcements
 
-    /// What the session now is reaches the browser's pages, then the bus
-    /// (`PropertiesChanged`). Every change of the session comes through here.
+    /// `SupportedFeatures` and `Desktop`: what the drivers deliver now.
+    var supportedFeatures: [String] { store.support.supported.sortedWireNames }
+    var desktop: String { store.support.desktop }
+
+    /// What the session now is reaches the bus (`PropertiesChanged` of
+    /// what changed). Every change of the session comes through here.
     func announce() async {
-        await showInBrowser()
         guard exported else { return }
         await connection.propertiesChanged(path: GuidedAccessBus.objectPath, interface: GuidedAccessBus.interface)
     }

@@ -83,8 +83,9 @@ enum InterfaceDocumentation {
         setting exists but that nothing on this kiosk would act on is not listed.
         """,
         "Desktop": """
-        The graphical session the features act on, as detected: gnome-shell, kwin, sway, cage, labwc, \
-        wayfire, weston, x11 or none, followed by +browser while the browser layer is connected.
+        The graphical session the features act on, as the service found it (gnome-shell, sway, x11, \
+        none and the others docs/settings-mapping.md lists), followed by +name for each layer over it \
+        while it is there (+browser: the browser layer is connected).
         """,
         "Backend": "The settings backend: gsettings, dconf or memory.",
         "Version": "The service's version.",

@@ -9,8 +9,8 @@ extension GuidedAccessService {
 
     func startSession(_ call: MethodCall, _ raw: [String: Variant]) async throws {
         let parameters = try Self.sessionParameters(raw, defaults: settings.defaults)
-        await connectBrowser(for: parameters.features)
-        try requireSupported(parameters.features)
+        await lookAgain(for: parameters.features)
+        try store.support.require(parameters.features)
         let method = SessionMethod.startSession(hasOptions: !raw.isEmpty)
 
         let caller = try await identify(call)
@@ -25,9 +25,9 @@ extension GuidedAccessService {
                 do {
                     try await store.begin(Session(owner: caller, options: parameters, nowUsec: Self.nowUsec()))
                 } catch {
-                    // A write of unknown outcome whose keys could not be put
-                    // back at once: again as soon as the store answers.
-                    if !store.owed.isEmpty { settleOwedSoon() }
+                    // A change of unknown outcome, or one that could not be
+                    // undone at once: put back as soon as the drivers can.
+                    if store.hasLeftovers { settleSoon() }
                     throw error
                 }
             case .asOwner, .needsOperator:
@@ -43,16 +43,6 @@ extension GuidedAccessService {
             return
         }
         let new = session!
-        let started = programsTurnedOn(from: [], to: new.features)
-        if !started.isEmpty {
-            do {
-                try await startPrograms(started, for: generation)
-            } catch {
-                await abandon(generation)
-                throw error
-            }
-            guard store.isCurrent(generation) else { return }
-        }
         logger.notice(
             "session started by \(caller.uniqueName) (\(caller.identity.ownerIdentity)), features \(new.features.sortedWireNames)")
         settings.audit.record(
@@ -76,8 +66,8 @@ extension GuidedAccessService {
     func configureForSession(_ call: MethodCall, _ names: [String], _ enabled: Bool) async throws {
         let requested = try Self.requestedFeatures(names)
         if enabled {
-            await connectBrowser(for: requested)
-            try requireSupported(requested)
+            await lookAgain(for: requested)
+            try store.support.require(requested)
         }
 
         let caller = try await identify(call)
@@ -98,8 +88,13 @@ extension GuidedAccessService {
                 let before = session!.features
                 let features = enabled ? before.union(requested) : before.subtracting(requested)
                 if features != before {
-                    stopPrograms(of: try await store.setFeatures(features))
+                    try await store.setFeatures(features)
                     journalSoonIfBehind()
+                } else if enabled, let problem = await store.reapply().first {
+                    // On already — but what delivers it may have given up (a
+                    // program that kept exiting): turning it on again
+                    // starts it again.
+                    throw GuidedAccessError.backendFailed(problem)
                 }
                 return (decision, before, features)
             }
@@ -109,23 +104,7 @@ extension GuidedAccessService {
             throw error
         }
         if decision == .takeOver { await tookOver(by: caller) }
-        guard features != before else {
-            // On already — but its program may have been given up on: turning
-            // it on again starts it again.
-            let given = programFeatures.intersection(requested).filter { session?.programs[$0] == nil }
-            if enabled, !given.isEmpty { try await startPrograms(given, for: generation) }
-            return
-        }
-        let started = programsTurnedOn(from: before, to: features)
-        if !started.isEmpty {
-            do {
-                try await startPrograms(started, for: generation)
-            } catch {
-                await turnOff(features.subtracting(before), for: generation)
-                await announce()
-                throw error
-            }
-        }
+        guard features != before else { return }
         let changed = requested.sortedWireNames, now = features.sortedWireNames
         logger.info(
             "features \(enabled ? "on" : "off"): \(changed.joined(separator: ", ")); now \(now.joined(separator: ", "))")
@@ -203,17 +182,17 @@ extension GuidedAccessService {
         }
     }
 
-    /// Puts every written key back, allows every restriction again, forgets
-    /// the session. On a backend failure the session stays, nothing is lost.
+    /// Undoes what the drivers made real, allows every restriction again,
+    /// forgets the session. When the settings cannot be put back the session
+    /// stays, nothing is lost.
     func endSession(reason: SessionChangeReason) async throws {
         let ending = try await store.exclusively { try await store.end() }
         await ended(ending, reason: reason)
     }
 
-    /// What follows the store's end of the session: its programs, timers and
+    /// What follows the store's end of the session: its timers and
     /// inhibitor go, and the end is announced.
     func ended(_ ending: SessionStore.Ending, reason: SessionChangeReason, by endedBy: BusCaller? = nil) async {
-        stopPrograms(of: Set(programs.keys))
         deadlineTask?.cancel()
         deadlineTask = nil
         journalRefresh?.cancel()
@@ -221,11 +200,13 @@ extension GuidedAccessService {
         let watch = ownerWatch
         ownerWatch = nil
         inhibitor.release()
+        for problem in ending.problems { logger.error("ending the session: \(problem)") }
         if let problem = ending.journalProblem { logger.critical("\(problem)") }
-        logger.notice("session ended (\(reason)); \(ending.session.snapshot.count) keys restored")
-        settings.audit.record(
-            .sessionEnded, caller: endedBy?.identity, "guided access session ended (\(reason))",
-            fields: ["REASON": reason.rawValue, "RESTORED_KEYS": String(ending.session.snapshot.count)])
+        let summary = ending.summaries.map(\.text)
+        logger.notice("session ended (\(reason))\(summary.isEmpty ? "" : "; " + summary.joined(separator: "; "))")
+        var fields = ["REASON": reason.rawValue]
+        for driver in ending.summaries { fields.merge(driver.fields) { kept, _ in kept } }
+        settings.audit.record(.sessionEnded, caller: endedBy?.identity, "guided access session ended (\(reason))", fields: fields)
         // The signals go out before the one wait for the bus below, so none
         // can follow what calls queued behind this one announce.
         for identifier in ending.allowedAgain { await emitRestrictionChanged(identifier, .allow) }
@@ -234,11 +215,12 @@ extension GuidedAccessService {
         if let watch { await connection.unsubscribe(watch) }
     }
 
-    // MARK: The journal after keys were given back
+    // MARK: The journal after a driver gave something back
 
-    /// Keys given back leave the snapshot only after their restore was
-    /// written, so the journal written before it still lists them; a restart
-    /// would then have to guess whether they are still owed (`RecoveryPlan`).
+    /// What a driver gives back (keys restored) leaves its record only after
+    /// that was done, so the journal written before it still lists it; a
+    /// restart would then have to guess whether it is still owed
+    /// (`SettingsRecoveryPlan`).
     /// The journal is written again once calls have paused for
     /// `journalRefreshDelay` — off every call's path, and once for a burst
     /// of calls. Any journal write in between makes it unnecessary.
@@ -269,23 +251,23 @@ extension GuidedAccessService {
     }
 
     /// Puts back what a session that did not start may have changed,
-    /// retried with back-off until the store answers or a session takes the
-    /// keys over.
-    func settleOwedSoon() {
+    /// retried with back-off until the drivers manage or a session takes it
+    /// over.
+    func settleSoon() {
         guard settleTask == nil else { return }
-        settleTask = Task(executorPreference: connection.loop) { [self] in await settleOwed() }
+        settleTask = Task(executorPreference: connection.loop) { [self] in await settle() }
     }
 
-    private func settleOwed() async {
+    private func settle() async {
         var backoff: Duration = .seconds(1)
         while !Task.isCancelled {
             try? await connection.loop.sleep(for: backoff)
-            if (try? await store.exclusively({ await store.settleOwed() })) == true {
-                logger.notice("the keys a session that did not start may have changed are put back")
+            if (try? await store.exclusively({ await store.settle() })) == true {
+                logger.notice("what a session that did not start may have changed is put back")
                 break
             }
             backoff = min(backoff * 2, .seconds(60))
-            logger.error("cannot put back yet the keys a session that did not start may have changed; retrying in \(backoff)")
+            logger.error("cannot put back yet what a session that did not start may have changed; retrying in \(backoff)")
         }
         settleTask = nil
     }

@@ -94,7 +94,7 @@ public struct SessionProbe: Sendable {
     }
 
     /// The evidence for `Desktop.detect`.
-    public func evidence(busNames: Set<String>, display: SessionDisplay) -> DesktopEvidence {
+    func evidence(busNames: Set<String>, display: SessionDisplay) -> DesktopEvidence {
         DesktopEvidence(
             busNames: busNames, waylandDisplay: display.waylandDisplay, waylandCompositor: display.compositor,
             currentDesktop: environment["XDG_CURRENT_DESKTOP"], x11Display: display.x11Display)
@@ -102,7 +102,7 @@ public struct SessionProbe: Sendable {
 
     // MARK: Installed programs
 
-    /// The programs installed, for `SessionProgramKind.unavailableReason`.
+    /// The programs installed, for `ProgramKind.unavailableReason`.
     public var installation: ProgramInstallation {
         ProgramInstallation(executable: { [self] in executable($0) }, speechOutputModules: Self.speechOutputModules())
     }

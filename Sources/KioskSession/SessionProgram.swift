@@ -4,7 +4,7 @@ import GuidedAccessCore
 import Logging
 
 /// A program the service runs in the kiosk's session for a feature where
-/// nothing in the session delivers it from the key (`SessionProgramKind`):
+/// nothing in the session delivers it from the key (`ProgramKind`):
 /// the screen reader Orca, an on-screen keyboard. It runs as a transient
 /// unit of the user's systemd manager where the session bus has one
 /// (logged, in the user's cgroup), else as a child process watched through
@@ -39,7 +39,7 @@ public final class SessionProgram: @unchecked Sendable {
         }
     }
 
-    public let kind: SessionProgramKind
+    public let kind: ProgramKind
     private let loop: EventLoop
     /// The session bus, where a systemd user manager may run units.
     private let bus: Connection?
@@ -62,7 +62,7 @@ public final class SessionProgram: @unchecked Sendable {
     /// `bus`: the session bus, to run the program as a unit of the user's
     /// systemd manager when there is one there; nil: child processes.
     public init(
-        _ kind: SessionProgramKind, loop: EventLoop, bus: Connection?, logger: Logger,
+        _ kind: ProgramKind, loop: EventLoop, bus: Connection?, logger: Logger,
         gracePeriod: Duration = .milliseconds(500)
     ) {
         self.kind = kind

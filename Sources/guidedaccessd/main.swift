@@ -1,13 +1,11 @@
 // guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR]
-// guidedaccessd --print-introspection
+// guidedaccessd --print-introspection | --print-configuration-keys
 //
 // The GuidedAccess service: org.guidedaccess.GuidedAccess1 on the session
 // bus (user mode) or the system bus (system mode).
 
 import CLinux
 import DBus
-import DconfBackend
-import GSettingsBackend
 import Glibc
 import GuidedAccessCore
 import GuidedAccessService
@@ -43,7 +41,7 @@ func fail(_ message: String, code: Int32 = 1) -> Never {
 
 let usage =
     "usage: guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR]"
-    + " | --print-introspection | --version | --help"
+    + " | --print-introspection | --print-configuration-keys | --version | --help"
 
 // MARK: Command line
 
@@ -72,6 +70,12 @@ while let argument = arguments.next() {
     case "--print-introspection":
         // The interface's XML as served, for /usr/share/dbus-1/interfaces/.
         print(GuidedAccessService.declaration.introspectionDocument, terminator: "")
+        exit(0)
+    case "--print-configuration-keys":
+        // Every [Group] Key= the configuration knows, the drivers' included.
+        for (group, key) in ServiceConfiguration(defaultsFor: .user, driverKeys: Drivers.configurationKeys).allKeys {
+            print("[\(group)] \(key)")
+        }
         exit(0)
     default: fail("unknown argument '\(argument)'; \(usage)", code: 2)
     }
@@ -106,7 +110,7 @@ let defaultConfig =
     ? "/etc/guidedaccess/guidedaccess.conf"
     : (environment("XDG_CONFIG_HOME") ?? homeDirectory() + "/.config") + "/guidedaccess/guidedaccess.conf"
 let configFile = configPath ?? defaultConfig
-var configuration = ServiceConfiguration(defaultsFor: mode)
+var configuration = ServiceConfiguration(defaultsFor: mode, driverKeys: Drivers.configurationKeys)
 do {
     // A missing default file is no error; a named one that is missing is.
     for file in try KeyFile.loadLayeredFiles(mainFile: configFile, optional: configPath == nil) {
@@ -161,35 +165,11 @@ func serve(
     loop: EventLoop
 ) async -> Int32 {
     let backend: any SettingsBackend
-    switch configuration.backend {
-    case .gsettings:
-        let gsettings = GSettingsBackend(loop: loop)
-        logger.info("gsettings backend: \(gsettings.store.rawValue) store")
-        gsettings.onNote = { logger.info("gsettings backend: \($0)") }
-        backend = gsettings
-    case .memory: backend = MemorySettingsBackend()
-    case .dconf:
-        do {
-            let dconf = try DconfBackend(
-                databaseDir: configuration.dconf.databaseDir, databaseName: configuration.dconf.databaseName,
-                lockOutsideSession: configuration.dconf.lockOutsideSession)
-            dconf.onWarning = { logger.warning("dconf backend: \($0)") }
-            // Before the journal is recovered and the name requested. Keys a
-            // resumed session imposes keep their values. Without
-            // LockOutsideSession this removes a baseline an earlier
-            // configuration left.
-            let hadBaseline = !dconf.baseline.isEmpty
-            try dconf.lockBaseline(dconf.schemaDefaults(of: FeatureKeyMap.allRequirements.map { $0.key }))
-            if configuration.dconf.lockOutsideSession {
-                logger.info("dconf backend: \(dconf.baseline.count) keys locked at their defaults outside a session")
-            } else if hadBaseline {
-                logger.notice("dconf backend: LockOutsideSession is off: the baseline lock of an earlier configuration is removed")
-            }
-            backend = dconf
-        } catch {
-            logger.critical("dconf backend: \(error.message)")
-            return 1
-        }
+    do {
+        backend = try Drivers.settingsBackend(configuration, loop: loop)
+    } catch {
+        logger.critical("\(error)")
+        return 1
     }
     do {
         let connection = try await Connection.connect(to: bus, loop: loop, logger: logger)
@@ -201,17 +181,18 @@ func serve(
             ? PolkitAuthority(connection: connection)
             : ListsOnlyAuthority(reason: "not admitted by the configuration (user mode consults no polkit)")
         let systemBus = SystemBusLink(mode == .system ? connection : nil, loop: loop)
+        let backendName = backend.name
+        let drivers = Drivers.list(
+            mode: mode, configuration: configuration, backend: backend, connection: connection,
+            environment: processEnvironment())
         let service = GuidedAccessService(
-            connection: connection, backend: backend,
+            connection: connection, drivers: drivers, journal: SessionJournal(directory: stateDir),
             settings: .init(
-                mode: mode, policy: policy, defaults: configuration.session,
-                journal: SessionJournal(directory: stateDir), authority: authority,
+                mode: mode, policy: policy, defaults: configuration.session, authority: authority,
                 audit: AuditLog(
                     socketPath: environment("GUIDEDACCESS_JOURNAL_SOCKET") ?? "/run/systemd/journal/socket",
                     logger: logger),
-                desktop: configuration.desktop, sessionEnvironment: processEnvironment(),
-                devToolsEndpoint: configuration.devToolsEndpoint,
-                systemBus: { await systemBus.connection() }),
+                backendName: backendName, systemBus: { await systemBus.connection() }),
             logger: logger)
         try await service.start()
         let reply = try await connection.requestName(GuidedAccessBus.name)

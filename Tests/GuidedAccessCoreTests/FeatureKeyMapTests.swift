@@ -70,26 +70,6 @@ import Testing
         #expect(gnome50.keyValues(for: [.reduceMotion], options: options)[.reducedMotion] == .string("reduce"))
     }
 
-    @Test func aMissingOptionalKeyLeavesTheFeatureSupported() {
-        let (supported, keyMap) = FeatureKeyMap.probe(MemorySettingsBackend(knownKeys: MemorySettingsBackend.gnome43Keys))
-        #expect(supported == Set(Feature.allCases))
-        #expect(keyMap.missingOptionalKeys == [.reducedMotion])
-    }
-
-    @Test func aMissingRequiredKeyMakesTheFeatureUnsupported() {
-        var keys = MemorySettingsBackend.gnome43Keys
-        keys[.colorSaturation] = nil
-        let (supported, _) = FeatureKeyMap.probe(MemorySettingsBackend(knownKeys: keys))
-        #expect(supported == Set(Feature.allCases).subtracting([.grayscale]))
-    }
-
-    @Test func aKeyOfAnotherTypeMakesTheFeatureUnsupported() {
-        var keys = MemorySettingsBackend.gnome43Keys
-        keys[.screenReaderEnabled] = .double(0...1)
-        let (supported, _) = FeatureKeyMap.probe(MemorySettingsBackend(knownKeys: keys))
-        #expect(!supported.contains(.screenReader))
-    }
-
     @Test func magnifierFeaturesRequireTheMagnifierKeys() {
         #expect(FeatureKeyMap.requirements(of: .invertColors).map(\.key) ==
             [.screenMagnifierEnabled, .invertLightness, .magFactor, .screenPosition])

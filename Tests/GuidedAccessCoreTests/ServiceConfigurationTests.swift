@@ -28,31 +28,6 @@ import Testing
         #expect(configuration.operators == nil)
     }
 
-    /// systemd/guidedaccess.conf.example with every `#Key=value` taken in:
-    /// each value it shows is one the service accepts (scripts/check-docs
-    /// checks that it shows every key).
-    @Test func theExampleFileIsAccepted() throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-        let example = try String(contentsOf: root.appendingPathComponent("systemd/guidedaccess.conf.example"), encoding: .utf8)
-        var configuration = ServiceConfiguration(defaultsFor: .system)
-        var group = ""
-        var applied = 0
-        for line in example.split(separator: "\n").map(String.init) {
-            if line.hasPrefix("["), line.hasSuffix("]") {
-                group = String(line.dropFirst().dropLast())
-                try configuration.applyGroup(group, file: "example")
-            } else if line.hasPrefix("#"), let equals = line.firstIndex(of: "="),
-                line.dropFirst().prefix(while: { $0.isLetter }).count == line.distance(from: line.index(after: line.startIndex), to: equals)
-            {
-                let key = String(line[line.index(after: line.startIndex)..<equals])
-                try configuration.apply(group: group, key: key, value: String(line[line.index(after: equals)...]), file: "example")
-                applied += 1
-            }
-        }
-        #expect(applied > 10)
-    }
-
     @Test func everyDocumentedKeyIsRead() throws {
         let configuration = try configured([
             ("Service", "Backend", "memory"),
@@ -91,6 +66,8 @@ import Testing
 
     @Test func anUnknownGroupNamesTheFileAndGroup() {
         #expect(throws: error("Kiosk", "", "", "unknown group")) { try configured([("Kiosk", "Mode", "on")]) }
+        // Not a group of the service's, nor of a driver's: unknown.
+        #expect(throws: error("Browser", "", "", "unknown group")) { try configured([("Browser", "DevToolsEndpoint", "")]) }
         #expect(error("Kiosk", "", "", "unknown group").description == "/etc/ga.conf: [Kiosk]: unknown group")
     }
 
@@ -99,15 +76,32 @@ import Testing
         #expect(error("Session", "TimeLimit", "60", "unknown key").description == "/etc/ga.conf: [Session] TimeLimit=60: unknown key")
     }
 
-    @Test func desktopNamesTheSessionOrAutoDetectsIt() throws {
-        #expect(ServiceConfiguration(defaultsFor: .user).desktop == nil)
-        #expect(try configured([("Service", "Desktop", "sway")]).desktop == .sway)
-        #expect(try configured([("Service", "Desktop", "gnome-shell"), ("Service", "Desktop", "auto")]).desktop == nil)
-        #expect(
-            throws: error(
-                "Service", "Desktop", "gnome",
-                "expected auto or one of gnome-shell, kwin, sway, cage, labwc, wayfire, weston, x11, none")
-        ) { try configured([("Service", "Desktop", "gnome")]) }
+    /// A driver module's key: checked by its check, its value kept for it.
+    static let shade = DriverConfigurationKey(group: "Kiosk", key: "Shade") { $0 == "blue" || $0 == "auto" ? nil : "expected blue" }
+
+    @Test func aDriversKeyIsCheckedByItsDriverAndKeptForIt() throws {
+        var configuration = ServiceConfiguration(defaultsFor: .user, driverKeys: [Self.shade])
+        #expect(configuration.driverValue(group: "Kiosk", key: "Shade") == nil)
+        try configuration.apply(group: "Kiosk", key: "Shade", value: " blue ", file: "/etc/ga.conf")
+        #expect(configuration.driverValue(group: "Kiosk", key: "Shade") == "blue")
+        #expect(throws: error("Kiosk", "Shade", "red", "expected blue")) {
+            try configuration.apply(group: "Kiosk", key: "Shade", value: "red", file: "/etc/ga.conf")
+        }
+        #expect(throws: error("Kiosk", "Tint", "x", "unknown key")) {
+            try configuration.apply(group: "Kiosk", key: "Tint", value: "x", file: "/etc/ga.conf")
+        }
+        // A key in a group of the service's own.
+        let desktop = DriverConfigurationKey(group: "Service", key: "Desktop") { _ in nil }
+        var withDesktop = ServiceConfiguration(defaultsFor: .user, driverKeys: [desktop])
+        try withDesktop.apply(group: "Service", key: "Desktop", value: "sway", file: "/etc/ga.conf")
+        #expect(withDesktop.driverValue(group: "Service", key: "Desktop") == "sway")
+    }
+
+    @Test func everyKeyIsListedOnceTheServicesThenTheDrivers() {
+        let keys = ServiceConfiguration(defaultsFor: .user, driverKeys: [Self.shade]).allKeys.map { "[\($0.group)] \($0.key)" }
+        #expect(keys.count == Set(keys).count)
+        #expect(keys.first == "[Service] Backend" && keys.last == "[Kiosk] Shade")
+        #expect(keys.contains("[Dconf] LockOutsideSession") && keys.contains("[Session] TimeLimitSec"))
     }
 
     @Test func anUnknownBackendIsAnError() {
@@ -161,56 +155,5 @@ import Testing
     @Test func laterEntriesOverrideEarlierOnesAsDropInsDo() throws {
         let configuration = try configured([("Session", "ZoomFactor", "3"), ("Session", "ZoomFactor", "5")])
         #expect(configuration.session.zoomFactor == 5.0)
-    }
-}
-
-@Suite struct DevToolsEndpointTests {
-    func endpoint(_ value: String) throws(ConfigurationError) -> DevToolsEndpoint? {
-        var configuration = ServiceConfiguration(defaultsFor: .user)
-        try configuration.apply(group: "Browser", key: "DevToolsEndpoint", value: value, file: "/etc/ga.conf")
-        return configuration.devToolsEndpoint
-    }
-
-    @Test func loopbackAddressesAreTaken() throws {
-        #expect(try endpoint("http://127.0.0.1:9222")?.description == "http://127.0.0.1:9222")
-        #expect(try endpoint(" http://127.0.0.1:9222/ ")?.authority == "127.0.0.1:9222")
-        #expect(try endpoint("http://127.3.2.1:1")?.address == .ipv4(127, 3, 2, 1))
-        #expect(try endpoint("http://localhost:9222")?.description == "http://127.0.0.1:9222")
-        #expect(try endpoint("HTTP://127.0.0.1:9222")?.description == "http://127.0.0.1:9222")
-        #expect(try endpoint("http://[::1]:9222")?.address == .ipv6Loopback)
-        #expect(try endpoint("http://[::1]:9222")?.authority == "[::1]:9222")
-        #expect(try endpoint("") == nil)
-        #expect(ServiceConfiguration(defaultsFor: .system).devToolsEndpoint == nil)
-    }
-
-    @Test(arguments: [
-        ("http://10.0.0.1:9222", "host '10.0.0.1' is not a loopback address"),
-        ("http://example.com:9222", "host 'example.com' is not a loopback address"),
-        ("http://127.1:9222", "host '127.1' is not a loopback address"),
-        ("http://127.000.0.1:9222", "host '127.000.0.1' is not a loopback address"),
-        ("http://[::2]:9222", "host '[::2]' is not a loopback address"),
-        ("http://0.0.0.0:9222", "host '0.0.0.0' is not a loopback address"),
-        ("https://127.0.0.1:9222", "expected a loopback http:// address"),
-        ("ws://127.0.0.1:9222", "expected a loopback http:// address"),
-        ("127.0.0.1:9222", "expected a loopback http:// address"),
-        ("http://127.0.0.1", "expected ':PORT' after the host"),
-        ("http://127.0.0.1:", "port '' is not a number from 1 to 65535"),
-        ("http://127.0.0.1:0", "port '0' is not a number from 1 to 65535"),
-        ("http://127.0.0.1:99999", "port '99999' is not a number from 1 to 65535"),
-        ("http://127.0.0.1:+80", "port '+80' is not a number from 1 to 65535"),
-        ("http://127.0.0.1:9222/json", "expected only a host and a port after http://, found '/'"),
-        ("http://user@127.0.0.1:9222", "expected only a host and a port after http://, found '@'"),
-        ("http://127.0.0.1:9222?x", "expected only a host and a port after http://, found '?'"),
-    ])
-    func anythingElseIsAStartUpErrorNamingTheValue(value: String, reason: String) {
-        do {
-            _ = try endpoint(value)
-            Issue.record("\(value) was taken")
-        } catch {
-            #expect(error.file == "/etc/ga.conf" && error.group == "Browser" && error.key == "DevToolsEndpoint")
-            #expect(error.value == value)
-            #expect(error.reason.hasPrefix(reason), "\(error.reason)")
-            #expect(error.description.hasPrefix("/etc/ga.conf: [Browser] DevToolsEndpoint=\(value): "))
-        }
     }
 }

@@ -34,15 +34,25 @@ import Testing
         let session = Session(
             owner: ":1.42", ownerIdentity: OwnerIdentity(uid: 1000, executablePath: "/usr/bin/kiosk"),
             features: [.zoom, .invertColors, .reduceMotion], zoomFactor: 2.5, textScale: 1.5, inhibitSleep: false,
-            deadlineUsec: 1_800_000_000_000_000,
-            snapshot: [
+            deadlineUsec: 1_800_000_000_000_000)
+        return JournalState(
+            session: session,
+            restrictions: [
+                Restriction(identifier: "com.example.a", text: "A", detail: "", state: .deny),
+                Restriction(identifier: "com.example.b", text: "B", detail: "Détail", state: .allow),
+            ],
+            drivers: SessionStoreTests.settingsRecord([
                 .magFactor: .set(.double(1.25)), .invertLightness: .unset,
                 .screenPosition: .set(.string("top-half")), .enableAnimations: .set(.bool(true)),
-            ])
-        return JournalState(session: session, restrictions: [
-            Restriction(identifier: "com.example.a", text: "A", detail: "", state: .deny),
-            Restriction(identifier: "com.example.b", text: "B", detail: "Détail", state: .allow),
-        ])
+            ]))
+    }
+
+    /// Loads the journal as the service does with the settings driver: its
+    /// record checked by the driver.
+    func load() throws(JournalError) -> JournalState? {
+        try journal.load { name, record throws(DriverRecordError) in
+            if name == "settings" { _ = try SettingsDriver.snapshot(of: record) }
+        }
     }
 
     @Test func noJournalLoadsAsNil() throws {
@@ -54,46 +64,75 @@ import Testing
         #expect(try journal.load() == sampleState)
     }
 
-    @Test func aProgramTheServiceStartedIsRecordedWithItsStartTimeAndBoot() throws {
+    @Test func eachDriversRecordIsKeptUnderItsNameAndLoadsBack() throws {
         var state = sampleState
-        state.session?.programs = [.screenReader: .process(pid: 4242, startTime: 123_456, bootID: "0b5e")]
+        state.drivers["session-programs"] = .object([("programs", .array([.object([("unit", .string("u"))])]))])
         try journal.record(state)
         #expect(try journal.load() == state)
         let text = try #require(directory.read("journal.json"))
-        for field in [#""programs" : ["#, #""feature" : "screen-reader""#, #""bootID" : "0b5e""#, #""pid" : 4242"#, #""startTime" : 123456"#] {
-            #expect(text.contains(field))
+        #expect(text.contains(#""drivers" : {"#) && text.contains(#""session-programs" : {"#))
+    }
+
+    @Test func aRecordItsDriverRefusesMakesTheJournalCorrupt() throws {
+        var state = sampleState
+        state.drivers["session-programs"] = .object([("programs", .string("not a list"))])
+        try journal.record(state)
+        do {
+            _ = try journal.load { name, _ throws(DriverRecordError) in
+                if name == "session-programs" { throw DriverRecordError("'programs' is not an array") }
+            }
+            Issue.record("the journal loaded")
+        } catch {
+            guard case .corrupt(_, _, let why) = error else {
+                Issue.record("\(error)")
+                return
+            }
+            #expect(why == "the record of 'session-programs': 'programs' is not an array")
         }
+        #expect(directory.visibleFiles.allSatisfy { $0.hasPrefix("journal.corrupt-") })
     }
 
-    @Test func aProgramRunAsAUnitIsRecordedByItsName() throws {
+    @Test func aDriverNameThatIsNoDriversIsCorrupt() throws {
         var state = sampleState
-        state.session?.programs = [
-            .screenReader: .unit("guidedaccess-screen-reader-42-1.service"),
-            .onScreenKeyboard: .process(pid: 9, startTime: 3, bootID: "b"),
-        ]
+        state.drivers["../etc"] = .null
         try journal.record(state)
-        #expect(try journal.load() == state)
+        #expect(keptAsideAsCorrupt(because: "is not a driver's name"))
     }
 
-    @Test func aJournalNamingAUnitThatIsNotTheServicesIsCorrupt() throws {
-        // Adopting or stopping it would stop someone else's unit (the compositor's).
-        var state = sampleState
-        state.session?.programs = [.screenReader: .unit("guidedaccess-screen-reader-1-1.service")]
-        try journal.record(state)
-        let text = try #require(directory.read("journal.json"))
-            .replacing("guidedaccess-screen-reader-1-1.service", with: "sway-session.service")
-        directory.write(text, to: "journal.json")
-        #expect(throws: JournalError.self) { try journal.load() }
-    }
+    /// A journal of version 1, as the service before drivers wrote it: the
+    /// settings' snapshot in the session, owed keys at the top, the programs
+    /// in the session.
+    static let version1 = #"""
+        {
+          "owed" : [ { "key" : "color-saturation", "schema" : "org.gnome.desktop.a11y.magnifier", "unset" : true },
+                     { "double" : 3.0, "key" : "mag-factor", "schema" : "org.gnome.desktop.a11y.magnifier", "unset" : false } ],
+          "restrictions" : [ ],
+          "session" : {
+            "deadlineUsec" : 0, "features" : [ "screen-reader", "zoom" ], "inhibitSleep" : true,
+            "owner" : ":1.7", "ownerExecutable" : "/usr/bin/kiosk", "ownerUID" : 1000,
+            "programs" : [ { "feature" : "screen-reader", "unit" : "guidedaccess-screen-reader-42-1.service" } ],
+            "snapshot" : [ { "double" : 2.0, "key" : "mag-factor", "schema" : "org.gnome.desktop.a11y.magnifier", "unset" : false } ],
+            "textScale" : 1.5, "zoomFactor" : 2.0
+          },
+          "version" : 1
+        }
+        """#
 
-    @Test func aProgramRecordWithANonPositivePidIsCorrupt() throws {
-        var state = sampleState
-        state.session?.programs = [.screenReader: .process(pid: 7, startTime: 1, bootID: "b")]
+    @Test func aJournalOfVersion1IsReadAsTheDriversRecords() throws {
+        directory.write(Self.version1, to: "journal.json")
+        let state = try #require(try load())
+        #expect(state.session?.features == [.screenReader, .zoom] && state.session?.owner == ":1.7")
+        // The session's value from before it wins over the owed one of the same key.
+        #expect(try SettingsDriver.snapshot(of: try #require(state.drivers["settings"])) == [
+            .magFactor: .set(.double(2.0)), .colorSaturation: .unset,
+        ])
+        #expect(state.drivers["session-programs"] == .object([("programs", .array([.object([
+            ("feature", .string("screen-reader")), ("unit", .string("guidedaccess-screen-reader-42-1.service")),
+        ])]))]))
+        // Written again, it is version 2.
         try journal.record(state)
-        let text = try #require(directory.read("journal.json")).replacing(#""pid" : 7"#, with: #""pid" : -1"#)
-        directory.write(text, to: "journal.json")
-        #expect(throws: JournalError.self) { try journal.load() }
-        #expect(directory.visibleFiles.contains { $0.hasPrefix("journal.corrupt-") })
+        #expect(directory.read("journal.json")?.contains("\"version\" : 2") == true)
+        #expect(try load() == state)
     }
 
     @Test func aStateWithoutSessionKeepsTheRestrictions() throws {
@@ -118,7 +157,7 @@ import Testing
 
     @Test func theJournalCarriesAVersion() throws {
         try journal.record(sampleState)
-        #expect(directory.read("journal.json")?.contains("\"version\" : 1") == true)
+        #expect(directory.read("journal.json")?.contains("\"version\" : 2") == true)
     }
 
     @Test func aCorruptJournalIsReportedAndKeptAside() throws {
@@ -145,8 +184,8 @@ import Testing
     }
 
     @Test func aJournalFromANewerVersionIsLeftInPlace() throws {
-        directory.write(#"{"version": 2, "restrictions": []}"#, to: "journal.json")
-        #expect(throws: JournalError.unsupportedVersion(path: journal.path, version: 2)) { try journal.load() }
+        directory.write(#"{"version": 3, "restrictions": []}"#, to: "journal.json")
+        #expect(throws: JournalError.unsupportedVersion(path: journal.path, version: 3)) { try journal.load() }
         #expect(directory.files == ["journal.json"])
     }
 
@@ -209,7 +248,7 @@ import Testing
     /// Whether loading moved the journal aside as corrupt, with a reason containing `reason`.
     func keptAsideAsCorrupt(because reason: String) -> Bool {
         do {
-            _ = try journal.load()
+            _ = try load()
         } catch {
             guard case .corrupt(_, _, let why) = error, why.contains(reason) else {
                 Issue.record("expected a corrupt journal (\(reason)), got \(error)")

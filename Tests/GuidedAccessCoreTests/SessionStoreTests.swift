@@ -3,18 +3,23 @@ import Testing
 
 @testable import GuidedAccessCore
 
-/// The transaction (snapshot → journal → apply → forget → refresh), ending,
-/// and taking up a journal after a restart — with the memory backend, a
-/// journal in a temporary directory, and no bus.
+/// The transaction across the drivers (prepare → journal → apply → forget →
+/// refresh), ending, and taking up a journal after a restart — with the
+/// settings driver over the memory backend, a driver of the test's own where
+/// a second driver is needed, a journal in a temporary directory, and no bus.
 @Suite struct SessionStoreTests {
     let directory = SessionJournalTests.TemporaryDirectory()
     var journal: SessionJournal { SessionJournal(directory: directory.path) }
     static let kiosk = BusCaller(uniqueName: ":1.1", identity: CallerIdentity(
         uid: 1000, executable: Executable(path: "/usr/bin/kiosk", file: FileIdentity(device: 1, inode: 2))))
 
-    func store(_ backend: MemorySettingsBackend, journal: SessionJournal? = nil) -> SessionStore {
-        SessionStore(journal: journal ?? self.journal, backend: backend, keyMap: FeatureKeyMap())
+    func store(
+        _ backend: any SettingsBackend, journal: SessionJournal? = nil, then others: [any FeatureDriver] = []
+    ) -> SessionStore {
+        SessionStore(journal: journal ?? self.journal, drivers: [SettingsDriver(backend: backend)] + others)
     }
+
+    static func settings(_ store: SessionStore) -> SettingsDriver { store.drivers[0] as! SettingsDriver }
 
     static func session(_ features: Set<Feature>, owner: BusCaller = kiosk, deadlineUsec: UInt64 = 0) -> Session {
         var session = Session(
@@ -25,13 +30,22 @@ import Testing
         return session
     }
 
-    // The writes, each in a turn of its own, as the service makes them.
+    /// The settings driver's record holding `snapshot`.
+    static func settingsRecord(_ snapshot: [SettingKey: StoredValue]) -> [String: JSON] {
+        ["settings": SettingsDriver.record(of: JournalRecord.entries(snapshot).map { $0.json() })]
+    }
+
+    /// The snapshot the journal holds now.
+    func journaledSnapshot() throws -> [SettingKey: StoredValue] {
+        try journal.load()?.drivers["settings"].map(SettingsDriver.snapshot(of:)) ?? [:]
+    }
+
+    // The changes, each in a turn of its own, as the service makes them.
     func begin(_ store: SessionStore, _ session: Session) async throws {
         try await store.exclusively { try await store.begin(session) }
     }
 
-    @discardableResult
-    func setFeatures(_ store: SessionStore, _ features: Set<Feature>) async throws -> Set<Feature> {
+    func setFeatures(_ store: SessionStore, _ features: Set<Feature>) async throws {
         try await store.exclusively { try await store.setFeatures(features) }
     }
 
@@ -40,14 +54,47 @@ import Testing
         try await store.exclusively { try await store.end() }
     }
 
+    /// A second driver: it delivers `delivers` and fails its next apply when told.
+    final class TestDriver: FeatureDriver {
+        let name: String
+        var capabilities: [Feature: FeatureCapability]
+        var desktopPart: DesktopPart? { nil }
+        var applied: [DriverTarget] = []
+        var failNext = false
+        /// What it runs, as its record: the features applied last.
+        var running: Set<Feature> = []
+
+        init(name: String = "test", delivers: Set<Feature>) {
+            self.name = name
+            capabilities = Dictionary(uniqueKeysWithValues: delivers.map { ($0, .delivers(.wholeScreen)) })
+        }
+
+        nonisolated(nonsending) func start(_ events: @escaping @Sendable (DriverEvent) -> Void) async {}
+        nonisolated(nonsending) func apply(_ target: DriverTarget) async throws(DriverFailure) -> Bool {
+            applied.append(target)
+            if failNext {
+                failNext = false
+                throw DriverFailure(.failed, "test: injected failure")
+            }
+            let grew = !target.features.isSubset(of: running)
+            running = target.features
+            return grew
+        }
+        var record: JSON? { running.isEmpty ? nil : .array(running.sortedWireNames.map(JSON.string)) }
+        nonisolated(nonsending) func recover(_ record: JSON?, target: DriverTarget?, endsNow: Bool) async -> [DriverNote] {
+            running = target?.features ?? []
+            return []
+        }
+    }
+
     // MARK: The transaction
 
     @Test func theJournalKnowsTheSnapshotBeforeTheSettingsChange() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(4.0)])
         let store = store(backend)
         try await begin(store, Self.session([.invertColors]))
-        #expect(try journal.load()?.session?.snapshot[.magFactor] == .set(.double(4.0)))
-        #expect(try journal.load()?.session?.snapshot[.invertLightness] == .unset)
+        #expect(try journaledSnapshot()[.magFactor] == .set(.double(4.0)))
+        #expect(try journaledSnapshot()[.invertLightness] == .unset)
         #expect(try backend.userValue(of: .invertLightness) == .bool(true))
         #expect(store.session?.features == [.invertColors])
         #expect(store.isCurrent(store.generation))
@@ -65,15 +112,17 @@ import Testing
         #expect(store.session == nil)
     }
 
-    @Test func aJournalThatCannotBeWrittenStopsTheSettingsWrite() async throws {
+    @Test func aJournalThatCannotBeWrittenStopsTheChange() async throws {
         let backend = MemorySettingsBackend()
-        let store = store(backend, journal: SessionJournal(directory: "/proc/guidedaccess-no-such-dir"))
+        let other = TestDriver(delivers: [.zoom])
+        let store = store(backend, journal: SessionJournal(directory: "/proc/guidedaccess-no-such-dir"), then: [other])
         await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.zoom])) }
-        #expect(backend.appliedCount == 0)
+        #expect(backend.appliedCount == 0 && other.applied.isEmpty)
         #expect(store.session == nil)
+        #expect(Self.settings(store).record == nil)
     }
 
-    @Test func aValueTheBackendRejectsIsUnsupportedAndWritesNothing() async throws {
+    @Test func aValueTheBackendRejectsIsUnsupportedAndChangesNothing() async throws {
         // A system whose text-scaling-factor stops below the session's scale.
         var keys = MemorySettingsBackend.gnome43Keys
         keys[.textScalingFactor] = .double(0.5...1.2)
@@ -88,26 +137,16 @@ import Testing
         let backend = MemorySettingsBackend(values: [.invertLightness: .bool(false)])
         let store = store(backend)
         try await begin(store, Self.session([.zoom, .invertColors]))
-        let turnedOff = try await setFeatures(store, [.zoom])
-        #expect(turnedOff == [.invertColors])
+        try await setFeatures(store, [.zoom])
         #expect(try backend.userValue(of: .invertLightness) == .bool(false))
-        #expect(store.session?.snapshot[.invertLightness] == nil)
+        #expect(Self.settings(store).snapshot[.invertLightness] == nil)
         // Written before the restore: the journal still lists the key.
         #expect(store.journalBehind)
-        #expect(try journal.load()?.session?.snapshot[.invertLightness] == .set(.bool(false)))
+        #expect(try journaledSnapshot()[.invertLightness] == .set(.bool(false)))
         try store.refreshJournal()
         #expect(!store.journalBehind)
-        #expect(try journal.load()?.session?.snapshot[.invertLightness] == nil)
+        #expect(try journaledSnapshot()[.invertLightness] == nil)
         #expect(try journal.load()?.session?.features == [.zoom])
-    }
-
-    @Test func turningOffAFeatureDropsItsProgramFromTheRecord() async throws {
-        let store = store(MemorySettingsBackend())
-        try await begin(store, Self.session([.screenReader, .zoom]))
-        try store.change { $0.programs[.screenReader] = .unit(SessionProgramKind.screenReader.unitName(pid: 42, run: 1)) }
-        #expect(try journal.load()?.session?.programs[.screenReader] != nil)
-        #expect(try await setFeatures(store, [.zoom]) == [.screenReader])
-        #expect(store.session?.programs.isEmpty == true)
     }
 
     @Test func aChangeThatCannotBeJournaledIsNotKept() async throws {
@@ -124,11 +163,67 @@ import Testing
         #expect(store.session?.owner == nil)
     }
 
+    // MARK: Across drivers
+
+    @Test func everyDriverAppliesTheSessionInTheListsOrder() async throws {
+        let backend = MemorySettingsBackend()
+        let first = TestDriver(name: "first", delivers: [.screenReader]), second = TestDriver(name: "second", delivers: [.zoom])
+        let store = store(backend, then: [first, second])
+        try await begin(store, Self.session([.screenReader, .zoom]))
+        #expect(first.running == [.screenReader, .zoom] && second.running == [.screenReader, .zoom])
+        #expect(backend.values[.screenReaderEnabled] == .bool(true))
+        // A record that grew is journaled at once, beside the settings'.
+        #expect(try journal.load()?.drivers["first"] == .array([.string("screen-reader"), .string("zoom")]))
+        try await setFeatures(store, [.zoom])
+        #expect(first.running == [.zoom] && second.applied.last?.features == [.zoom])
+    }
+
+    @Test func aDriverThatFailsUndoesTheWholeChangeAndTheSessionDoesNotStart() async throws {
+        let backend = MemorySettingsBackend(values: [.magFactor: .double(3.0)])
+        let program = TestDriver(delivers: [.screenReader])
+        let store = store(backend, then: [program])
+        program.failNext = true
+        await #expect(throws: GuidedAccessError.backendFailed("test: injected failure")) {
+            try await begin(store, Self.session([.screenReader, .zoom]))
+        }
+        #expect(store.session == nil)
+        #expect(backend.values == [.magFactor: .double(3.0)], "the keys written for the session were not put back")
+        #expect(program.applied.map(\.features) == [[.screenReader, .zoom], []])
+        #expect(try journal.load() == JournalState(session: nil, restrictions: []))
+        #expect(!store.hasLeftovers)
+    }
+
+    @Test func aDriverThatFailsAChangeLeavesTheSessionAsItWas() async throws {
+        let backend = MemorySettingsBackend()
+        let program = TestDriver(delivers: [.screenReader])
+        let store = store(backend, then: [program])
+        try await begin(store, Self.session([.highContrast]))
+        let before = backend.values
+        program.failNext = true
+        await #expect(throws: GuidedAccessError.self) { try await setFeatures(store, [.highContrast, .screenReader, .zoom]) }
+        #expect(store.session?.features == [.highContrast])
+        #expect(backend.values == before)
+        #expect(program.running == [.highContrast])
+        #expect(try journal.load()?.session?.features == [.highContrast])
+    }
+
+    @Test func aDriverReachingPartOfTheScreenIsToldWhatAnotherCoversWhole() async throws {
+        let whole = TestDriver(name: "whole", delivers: [.zoom])
+        let part = TestDriver(name: "part", delivers: [])
+        part.capabilities = [.zoom: .delivers(.part), .largeText: .delivers(.part)]
+        let store = store(MemorySettingsBackend(), then: [whole, part])
+        try await begin(store, Self.session([.zoom, .largeText]))
+        #expect(part.applied.last?.coveredElsewhere == [.zoom])
+        #expect(part.applied.last?.forPart == [.largeText])
+        #expect(whole.applied.last?.coveredElsewhere == [])
+    }
+
     // MARK: Ending
 
     @Test func endingRestoresEveryKeyAllowsEveryRestrictionAndForgetsTheSession() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(4.0)])
-        let store = store(backend)
+        let program = TestDriver(delivers: [.zoom])
+        let store = store(backend, then: [program])
         var registry = store.registry
         try registry.register([RestrictionRegistration(identifier: "org.example.pay", text: "Pay")])
         try store.commit(registry)
@@ -138,31 +233,46 @@ import Testing
         try store.commit(registry)
         let ending = try await end(store)
         #expect(ending.allowedAgain == ["org.example.pay"])
-        #expect(ending.journalProblem == nil)
+        #expect(ending.journalProblem == nil && ending.problems.isEmpty)
+        #expect(ending.summaries == [DriverSummary(text: "3 keys restored", fields: ["RESTORED_KEYS": "3"])])
         #expect(backend.values == [.magFactor: .double(4.0)])
+        #expect(program.running.isEmpty)
         #expect(store.session == nil)
         #expect(try journal.load() == JournalState(
             session: nil, restrictions: [Restriction(identifier: "org.example.pay", text: "Pay", detail: "")]))
     }
 
-    @Test func anEndTheBackendRefusesKeepsTheSession() async throws {
+    @Test func anEndTheBackendRefusesKeepsTheSessionAndWhatTheOtherDriversRun() async throws {
         let backend = MemorySettingsBackend()
-        let store = store(backend)
+        let program = TestDriver(delivers: [.zoom])
+        let store = store(backend, then: [program])
         try await begin(store, Self.session([.zoom]))
         backend.failNextApply()
         await #expect(throws: GuidedAccessError.backendFailed(
             "memory backend: cannot restore the settings: injected failure")) { try await end(store) }
         #expect(store.session?.features == [.zoom])
+        #expect(program.running == [.zoom])
         #expect(try journal.load()?.session != nil)
         _ = try await end(store)
         #expect(backend.values.isEmpty)
+    }
+
+    @Test func aLaterDriverThatCannotReleaseDoesNotKeepTheSession() async throws {
+        let backend = MemorySettingsBackend()
+        let program = TestDriver(delivers: [.zoom])
+        let store = store(backend, then: [program])
+        try await begin(store, Self.session([.zoom]))
+        program.failNext = true
+        let ending = try await end(store)
+        #expect(ending.problems == ["test: injected failure"])
+        #expect(store.session == nil && backend.values.isEmpty)
     }
 
     // MARK: Writes of unknown outcome, ends that cannot be recorded, turns
 
     static let unanswered = SettingsBackendError(.outcomeUnknown, "no answer in time")
 
-    @Test func aWriteOfUnknownOutcomeIsBackendFailedAndItsKeysAreRestoredAtTheEnd() async throws {
+    @Test func aWriteOfUnknownOutcomeIsBackendFailedAndItsKeysArePutBackByTheNextChange() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend)
         try await begin(store, Self.session([.zoom]))
@@ -172,8 +282,8 @@ import Testing
             try await setFeatures(store, [.zoom, .grayscale])
         }
         #expect(store.session?.features == [.zoom])
-        #expect(store.session?.snapshot[.colorSaturation] == .unset)
-        #expect(try journal.load()?.session?.snapshot[.colorSaturation] == .unset)
+        #expect(Self.settings(store).snapshot[.colorSaturation] == .unset)
+        #expect(try journaledSnapshot()[.colorSaturation] == .unset)
         #expect(try journal.load()?.session?.features == [.zoom])
         _ = try await end(store)
         #expect(backend.values.isEmpty)
@@ -185,22 +295,24 @@ import Testing
         backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
         await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.grayscale])) }
         #expect(store.session == nil)
-        #expect(store.owed.count == 4 && store.owed.values.allSatisfy { $0 == .unset })
+        let owed = Self.settings(store).snapshot
+        #expect(owed.count == 4 && owed.values.allSatisfy { $0 == .unset })
+        #expect(store.hasLeftovers)
         #expect(backend.values[.colorSaturation] == .double(0.0))
-        #expect(try journal.load() == JournalState(session: nil, restrictions: [], owed: store.owed))
-        #expect(try await store.exclusively { await store.settleOwed() })
-        #expect(backend.values.isEmpty && store.owed.isEmpty)
-        #expect(try journal.load()?.owed.isEmpty == true)
+        #expect(try journal.load() == JournalState(session: nil, restrictions: [], drivers: Self.settingsRecord(owed)))
+        #expect(try await store.exclusively { await store.settle() })
+        #expect(backend.values.isEmpty && !store.hasLeftovers)
+        #expect(try journal.load()?.drivers.isEmpty == true)
     }
 
-    @Test func theNextSessionTakesOverTheOwedKeysAndItsEndRestoresThem() async throws {
+    @Test func theNextSessionPutsBackTheOwedKeysItDoesNotWrite() async throws {
         let backend = MemorySettingsBackend()
         let store = store(backend)
         backend.failNextApply(with: Self.unanswered, appliedAnyway: true)
         await #expect(throws: GuidedAccessError.self) { try await begin(store, Self.session([.grayscale])) }
         try await begin(store, Self.session([.zoom]))
-        #expect(store.owed.isEmpty)
-        #expect(store.session?.snapshot[.colorSaturation] == .unset)
+        #expect(backend.values[.colorSaturation] == nil)
+        #expect(Self.settings(store).snapshot[.colorSaturation] == nil)
         _ = try await end(store)
         #expect(backend.values.isEmpty)
     }
@@ -209,13 +321,12 @@ import Testing
         // text-scaling-factor at 1.5 is no value a session of no features
         // would write: owed, it is put back all the same.
         let backend = MemorySettingsBackend(values: [.textScalingFactor: .double(1.5)])
-        let state = JournalState(session: nil, restrictions: [], owed: [.textScalingFactor: .unset])
-        try journal.record(state)
+        try journal.record(JournalState(session: nil, restrictions: [], drivers: Self.settingsRecord([.textScalingFactor: .unset])))
         let store = store(backend)
         let recovery = await store.recover(try #require(try journal.load()), ownerConnected: { _ in false }, nowUsec: 1)
-        #expect(!recovery.owedProblem)
-        #expect(backend.values.isEmpty && store.owed.isEmpty && store.session == nil)
-        #expect(try journal.load()?.owed.isEmpty == true)
+        #expect(recovery.notes.isEmpty)
+        #expect(backend.values.isEmpty && !store.hasLeftovers && store.session == nil)
+        #expect(try journal.load()?.drivers.isEmpty == true)
     }
 
     @Test func owedKeysARestartCannotPutBackStayOwed() async throws {
@@ -223,11 +334,11 @@ import Testing
         let store = store(backend)
         backend.failNextApply()
         let recovery = await store.recover(
-            JournalState(session: nil, restrictions: [], owed: [.textScalingFactor: .unset]), ownerConnected: { _ in false },
-            nowUsec: 1)
-        #expect(recovery.owedProblem)
-        #expect(store.owed == [.textScalingFactor: .unset])
-        #expect(try await store.exclusively { await store.settleOwed() })
+            JournalState(session: nil, restrictions: [], drivers: Self.settingsRecord([.textScalingFactor: .unset])),
+            ownerConnected: { _ in false }, nowUsec: 1)
+        #expect(recovery.notes.map(\.level) == [.error])
+        #expect(store.hasLeftovers)
+        #expect(try await store.exclusively { await store.settle() })
         #expect(backend.values.isEmpty)
     }
 
@@ -245,17 +356,6 @@ import Testing
         _ = try await end(store)
         #expect(backend.values.isEmpty)
         #expect(try journal.load()?.session == nil)
-    }
-
-    @Test func aRestartFinishesAnEndThatWasUnderWay() throws {
-        var session = Self.session([.invertColors])
-        session.isEnding = true
-        session.snapshot = [.invertLightness: .unset]
-        let plan = RecoveryPlan(
-            state: JournalState(session: session, restrictions: []), keyMap: FeatureKeyMap(),
-            currentValues: [.invertLightness: .bool(true)], ownerConnected: true, nowUsec: 1)
-        #expect(plan.unfinishedEnd && plan.endsNow && !plan.expired)
-        #expect(plan.changes.isEmpty && plan.givenBack.isEmpty)
     }
 
     @Test func aCommitThatChangesNothingWritesNoJournal() throws {
@@ -304,7 +404,7 @@ import Testing
 
     @MainActor @Test func whatHappensWhileAWriteIsOutIsKeptAndJournaledWithIt() async throws {
         let backend = HeldBackend()
-        let store = SessionStore(journal: journal, backend: backend, keyMap: FeatureKeyMap())
+        let store = SessionStore(journal: journal, drivers: [SettingsDriver(backend: backend)])
         try await store.exclusively { try await store.begin(Self.session([.zoom])) }
         backend.holdNext = true
         let write = Task { @MainActor in try await store.exclusively { try await store.setFeatures([.zoom, .grayscale]) } }
@@ -321,23 +421,9 @@ import Testing
         #expect(store.session?.features == [.zoom, .grayscale])
     }
 
-    @MainActor @Test func aProgramNotedWhileItsFeatureIsTurnedOffLeavesNoRecord() async throws {
+    @MainActor @Test func changesTakeTurnsInTheOrderTheyCame() async throws {
         let backend = HeldBackend()
-        let store = SessionStore(journal: journal, backend: backend, keyMap: FeatureKeyMap())
-        try await store.exclusively { try await store.begin(Self.session([.screenReader, .zoom])) }
-        backend.holdNext = true
-        let write = Task { @MainActor in try await store.exclusively { try await store.setFeatures([.zoom]) } }
-        await backend.release {
-            // Its program started (or restarted) while the turn-off was written.
-            store.note { $0.programs[.screenReader] = .unit(SessionProgramKind.screenReader.unitName(pid: 42, run: 1)) }
-        }
-        #expect(try await write.value == [.screenReader])
-        #expect(store.session?.programs.isEmpty == true)
-    }
-
-    @MainActor @Test func writesTakeTurnsInTheOrderTheyCame() async throws {
-        let backend = HeldBackend()
-        let store = SessionStore(journal: journal, backend: backend, keyMap: FeatureKeyMap())
+        let store = SessionStore(journal: journal, drivers: [SettingsDriver(backend: backend)])
         try await store.exclusively { try await store.begin(Self.session([.zoom])) }
         backend.holdNext = true
         let first = Task { @MainActor in try await store.exclusively { try await store.setFeatures([.zoom, .grayscale]) } }
@@ -361,90 +447,120 @@ import Testing
 
     // MARK: Taking up the journal
 
-    /// A journal holding `session`, loaded back.
-    func journaled(_ session: Session) throws -> JournalState {
-        try journal.record(JournalState(session: session, restrictions: []))
+    /// A journal holding `session` and the settings' `snapshot`, loaded back.
+    func journaled(_ session: Session, snapshot: [SettingKey: StoredValue]) throws -> JournalState {
+        try journal.record(JournalState(session: session, restrictions: [], drivers: Self.settingsRecord(snapshot)))
         return try #require(try journal.load())
     }
 
+    static let options = FeatureKeyMap.Options(zoomFactor: 2, textScale: 1.5)
+
     @Test func aJournalAheadOfTheSettingsIsWrittenThrough() throws {
         // Crashed after the journal, before the write: invert is not on yet.
-        var session = Self.session([.invertColors])
-        session.snapshot = [.screenMagnifierEnabled: .unset, .magFactor: .unset, .screenPosition: .unset, .invertLightness: .unset]
-        let plan = RecoveryPlan(
-            state: JournalState(session: session, restrictions: []), keyMap: FeatureKeyMap(),
+        let plan = SettingsRecoveryPlan(
+            features: [.invertColors], options: Self.options, keyMap: FeatureKeyMap(),
+            snapshot: [.screenMagnifierEnabled: .unset, .magFactor: .unset, .screenPosition: .unset, .invertLightness: .unset],
             currentValues: [.screenMagnifierEnabled: nil, .magFactor: nil, .screenPosition: nil, .invertLightness: nil],
-            ownerConnected: true, nowUsec: 1)
+            endsNow: false)
         #expect(plan.changes == [
             .screenMagnifierEnabled: .bool(true), .magFactor: .double(1.0), .screenPosition: .string("full-screen"),
             .invertLightness: .bool(true),
         ])
         #expect(plan.givenBack.isEmpty)
-        #expect(!plan.expired && !plan.ownerDropped)
     }
 
     @Test func aRestoreThatNeverHappenedIsDoneAndAKeyChangedSinceIsLeftAlone() throws {
         // The session turned zoom off (features say so) but crashed before
         // giving mag-factor back; the user set text-scaling-factor since large-text went off.
-        var session = Self.session([])
-        session.snapshot = [.magFactor: .set(.double(4.0)), .textScalingFactor: .unset]
-        let plan = RecoveryPlan(
-            state: JournalState(session: session, restrictions: []), keyMap: FeatureKeyMap(),
-            currentValues: [.magFactor: .double(2.0), .textScalingFactor: .double(1.25)],
-            ownerConnected: true, nowUsec: 1)
+        let plan = SettingsRecoveryPlan(
+            features: [], options: Self.options, keyMap: FeatureKeyMap(),
+            snapshot: [.magFactor: .set(.double(4.0)), .textScalingFactor: .unset],
+            currentValues: [.magFactor: .double(2.0), .textScalingFactor: .double(1.25)], endsNow: false)
         #expect(plan.changes == [.magFactor: .double(4.0)])
         #expect(plan.givenBack == [.magFactor, .textScalingFactor])
     }
 
-    @Test func anExpiredSessionWritesNothingAndKeepsWhatItsEndMustRestore() throws {
-        var session = Self.session([.invertColors], deadlineUsec: 10)
-        session.snapshot = [.invertLightness: .unset, .colorSaturation: .set(.double(0.5))]
-        let plan = RecoveryPlan(
-            state: JournalState(session: session, restrictions: []), keyMap: FeatureKeyMap(),
-            currentValues: [.invertLightness: nil, .colorSaturation: .double(0.0)],
-            ownerConnected: false, nowUsec: 11)
-        #expect(plan.expired && plan.ownerDropped)
+    @Test func aSessionAboutToEndWritesNothingAndKeepsWhatItsEndMustRestore() throws {
+        let plan = SettingsRecoveryPlan(
+            features: [.invertColors], options: Self.options, keyMap: FeatureKeyMap(),
+            snapshot: [.invertLightness: .unset, .colorSaturation: .set(.double(0.5))],
+            currentValues: [.invertLightness: nil, .colorSaturation: .double(0.0)], endsNow: true)
         #expect(plan.changes.isEmpty)
         #expect(plan.givenBack.isEmpty)
-        #expect(plan.session?.owner == nil)
     }
 
     @Test func aKeyThatCannotBeReadIsLeftAsTheJournalHasIt() throws {
-        var session = Self.session([])
-        session.snapshot = [.magFactor: .set(.double(4.0))]
-        let plan = RecoveryPlan(
-            state: JournalState(session: session, restrictions: []), keyMap: FeatureKeyMap(), currentValues: [:],
-            ownerConnected: true, nowUsec: 1)
+        let plan = SettingsRecoveryPlan(
+            features: [], options: Self.options, keyMap: FeatureKeyMap(), snapshot: [.magFactor: .set(.double(4.0))],
+            currentValues: [:], endsNow: false)
         #expect(plan.changes.isEmpty && plan.givenBack.isEmpty)
-        #expect(plan.session?.snapshot == session.snapshot)
+    }
+
+    @Test func anExpiredSessionIsToEndAndItsDepartedOwnerDropped() async throws {
+        let backend = MemorySettingsBackend(values: [.invertLightness: .bool(true), .screenMagnifierEnabled: .bool(true)])
+        let store = store(backend)
+        let state = try journaled(
+            Self.session([.invertColors], deadlineUsec: 10), snapshot: [.invertLightness: .unset, .screenMagnifierEnabled: .unset])
+        let recovery = await store.recover(state, ownerConnected: { _ in false }, nowUsec: 11)
+        #expect(recovery.expired && recovery.endsNow && recovery.ownerDropped && !recovery.unfinishedEnd)
+        #expect(recovery.session?.owner == nil)
+        #expect(backend.appliedCount == 0, "a session about to end is not written to")
+        _ = try await end(store)
+        #expect(backend.values.isEmpty)
+    }
+
+    @Test func aRestartFinishesAnEndThatWasUnderWay() async throws {
+        var session = Self.session([.invertColors])
+        session.isEnding = true
+        let store = store(MemorySettingsBackend())
+        let recovery = await store.recover(
+            try journaled(session, snapshot: [.invertLightness: .unset]), ownerConnected: { _ in true }, nowUsec: 1)
+        #expect(recovery.unfinishedEnd && recovery.endsNow && !recovery.expired)
     }
 
     @Test func recoveringWritesTheKeysForgetsWhatWasGivenBackAndJournalsIt() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(2.0)])
-        var session = Self.session([.highContrast])
-        session.snapshot = [.highContrast: .unset, .magFactor: .set(.double(4.0))]
-        let state = try journaled(session)
+        let state = try journaled(Self.session([.highContrast]), snapshot: [.highContrast: .unset, .magFactor: .set(.double(4.0))])
         let store = store(backend)
         let recovery = await store.recover(state, ownerConnected: { _ in false }, nowUsec: 1)
-        #expect(recovery.writeProblem == nil && recovery.journalProblem == nil)
+        #expect(recovery.journalProblem == nil)
+        #expect(recovery.notes.map(\.level) == [.notice])
         #expect(backend.values == [.magFactor: .double(4.0), .highContrast: .bool(true)])
-        #expect(store.session?.snapshot == [.highContrast: .unset])
+        #expect(Self.settings(store).snapshot == [.highContrast: .unset])
         #expect(store.session?.owner == nil)
         #expect(try journal.load()?.session == store.session)
+        #expect(try journaledSnapshot() == [.highContrast: .unset])
         #expect(store.isCurrent(store.generation))
     }
 
     @Test func aRecoveryWriteThatFailsKeepsTheKeysForTheEnd() async throws {
         let backend = MemorySettingsBackend(values: [.magFactor: .double(2.0)])
-        var session = Self.session([])
-        session.snapshot = [.magFactor: .set(.double(4.0))]
         let store = store(backend)
         backend.failNextApply()
-        let recovery = await store.recover(try journaled(session), ownerConnected: { _ in true }, nowUsec: 1)
-        #expect(recovery.writeProblem == "injected failure")
-        #expect(store.session?.snapshot == [.magFactor: .set(.double(4.0))])
+        let recovery = await store.recover(
+            try journaled(Self.session([]), snapshot: [.magFactor: .set(.double(4.0))]), ownerConnected: { _ in true }, nowUsec: 1)
+        #expect(recovery.notes == [DriverNote(.error, "cannot put org.gnome.desktop.a11y.magnifier mag-factor in line with the journal: injected failure")])
+        #expect(Self.settings(store).snapshot == [.magFactor: .set(.double(4.0))])
         _ = try await end(store)
         #expect(backend.values == [.magFactor: .double(4.0)])
+    }
+
+    @Test func eachDriverTakesUpItsOwnRecordForTheResumedSession() async throws {
+        let program = TestDriver(delivers: [.screenReader])
+        let store = store(MemorySettingsBackend(), then: [program])
+        let state = JournalState(
+            session: Self.session([.screenReader]), restrictions: [], drivers: ["test": .array([.string("screen-reader")])])
+        _ = await store.recover(state, ownerConnected: { _ in true }, nowUsec: 1)
+        #expect(program.running == [.screenReader])
+    }
+
+    @Test func aRecordOfADriverThisConfigurationDoesNotRunIsReportedAndDropped() async throws {
+        let store = store(MemorySettingsBackend())
+        let recovery = await store.recover(
+            JournalState(session: nil, restrictions: [], drivers: ["browser": .object([])]), ownerConnected: { _ in true },
+            nowUsec: 1)
+        #expect(recovery.notes.count == 1 && recovery.notes[0].text.contains("'browser'"))
+        #expect(try journal.load()?.drivers.isEmpty == true)
     }
 
     @Test func withoutASessionTheRestrictionsComeBackAllowed() async throws {
@@ -452,9 +568,25 @@ import Testing
         let recovery = await store.recover(
             JournalState(session: nil, restrictions: [Restriction(identifier: "a", text: "A", detail: "")]),
             ownerConnected: { _ in true }, nowUsec: 1)
-        #expect(recovery.plan.session == nil)
-        #expect(try recovery.released?.get() == [])
+        #expect(recovery.session == nil && recovery.notes.isEmpty)
         #expect(store.registry.restrictions.map(\.identifier) == ["a"])
         #expect(store.session == nil)
+    }
+
+    // MARK: What is supported
+
+    @Test func supportIsComputedFromTheDriversAndFollowsTheirChanges() {
+        let program = TestDriver(delivers: [])
+        program.capabilities = [.screenReader: .unavailable("orca is not installed")]
+        var keys = MemorySettingsBackend.gnome43Keys
+        keys[.colorSaturation] = nil
+        let store = store(MemorySettingsBackend(knownKeys: keys), then: [program])
+        #expect(!store.support.supported.contains(.grayscale))
+        #expect(store.support.reasons[.grayscale]?.hasPrefix("grayscale: this system's settings") == true)
+        // The memory backend delivers what a driver cannot: supported.
+        #expect(store.support.supported.contains(.screenReader))
+        #expect(!store.updateSupport())
+        program.capabilities = [:]
+        #expect(!store.updateSupport(), "what the memory backend delivers does not depend on the other drivers")
     }
 }

@@ -124,29 +124,4 @@ import Testing
         #expect(session.isExpired(nowUsec: 61_000_000))
         #expect(try self.session().deadlineUsec == 0)
     }
-
-    @Test func theSnapshotKeepsTheFirstValueSeenAndWhetherItWasUnset() throws {
-        var session = try session()
-        let values: [SettingKey: SettingValue] = [.magFactor: .double(4.0)]
-        try session.recordSnapshot(of: [.magFactor, .invertLightness]) { values[$0] }
-        try session.recordSnapshot(of: [.magFactor]) { _ in .double(9.0) }
-        #expect(session.snapshot == [.magFactor: .set(.double(4.0)), .invertLightness: .unset])
-    }
-
-    @Test func endingRestoresEveryWrittenKeyAndResetsTheUnsetOnes() throws {
-        var session = try session()
-        session.snapshot = [.magFactor: .set(.double(4.0)), .invertLightness: .unset]
-        #expect(session.restoringChanges == [.magFactor: .double(4.0), .invertLightness: nil])
-    }
-
-    @Test func turningAFeatureOffRestoresOnlyItsKeysFromTheSnapshot() throws {
-        var session = try session()
-        session.snapshot = [.invertLightness: .unset, .magFactor: .set(.double(4.0))]
-        let change = FeatureKeyMap().change(from: [.zoom, .invertColors], to: [.invertColors], options: session.keyMapOptions)
-        #expect(session.settingChanges(for: change) == [.magFactor: .double(1.0)])
-        let off = FeatureKeyMap().change(from: [.zoom, .invertColors], to: [.zoom], options: session.keyMapOptions)
-        #expect(session.settingChanges(for: off) == [.invertLightness: nil])
-        session.forgetSnapshot(of: off.restore)
-        #expect(session.snapshot == [.magFactor: .set(.double(4.0))])
-    }
 }

@@ -326,6 +326,51 @@ def start_guidedaccessd(env, **kwargs):
         pytest.fail(str(error), pytrace=False)
 
 
+POLKIT = ("org.freedesktop.PolicyKit1", "/org/freedesktop/PolicyKit1/Authority")
+LOGIND = ("org.freedesktop.login1", "/org/freedesktop/login1")
+
+
+def start_mock(env, template):
+    """python -m dbusmock --template TEMPLATE (polkitd, logind) on the test's
+    bus, standing in for the system bus; returns its main object once its
+    name is owned."""
+    import sys
+
+    import dbus
+
+    pytest.importorskip("dbusmock", reason="python-dbusmock is installed by scripts/install-deps into .venv")
+    name = {"polkitd": POLKIT[0], "logind": LOGIND[0]}[template]
+    log = open(env.root / f"mock-{template}.log", "wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dbusmock", "--session", "--template", template],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env.env)
+    env._extra_processes.append(process)
+    bus = dbus.bus.BusConnection(env.address)
+    deadline = time.monotonic() + 10
+    while not bus.name_has_owner(name):
+        assert process.poll() is None, (env.root / f"mock-{template}.log").read_text()
+        assert time.monotonic() < deadline, f"{template} mock did not start"
+        time.sleep(0.02)
+    return bus.get_object(name, POLKIT[1] if template == "polkitd" else LOGIND[1])
+
+
+def seat_session(env, desktop, session_type="wayland", logind=None, session_id="c1"):
+    """A logind mock (started unless given) whose seat0 has the active
+    session SESSION_ID of the kiosk user, with logind's `Desktop` (the
+    session file's name, XDG_SESSION_DESKTOP) and `Type`; returns logind."""
+    import dbus
+
+    logind = logind or start_mock(env, "logind")
+    mock = "org.freedesktop.DBus.Mock"
+    path = logind.AddSession(session_id, "seat0", dbus.UInt32(1000), "kiosk", True, dbus_interface=mock)
+    session = dbus.bus.BusConnection(env.address).get_object(LOGIND[0], path)
+    session.AddProperty("org.freedesktop.login1.Session", "Desktop", desktop, dbus_interface=mock)
+    # AddSession made it seat0's active session (PropertiesChanged), before
+    # it had its type: the type's change is announced too, as logind does.
+    session.UpdateProperties("org.freedesktop.login1.Session", {"Type": session_type}, dbus_interface=mock)
+    return logind
+
+
 @pytest.fixture
 def gad(ga_env):
     """guidedaccessd --user on ga_env's bus, owning its name."""

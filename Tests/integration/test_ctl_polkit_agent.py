@@ -23,7 +23,8 @@ import pytest
 
 from gadaemon import pump, pump_for
 from test_examples_and_terminal import CTL, Terminal
-from test_ga_system_mode import NOBODY, START, session_active, start_mock
+from conftest import start_mock
+from test_ga_system_mode import NOBODY, START, session_active
 
 PKTTYAGENT = "/usr/bin/pkttyagent"
 # Terminal execs its argv[0] by path.

@@ -304,7 +304,7 @@ def _session_of_a_connected_app(ga_env, features):
 
 def _journaled_keys(ga_env):
     _, state = journal(ga_env)
-    return [entry["key"] for entry in state["session"]["snapshot"]]
+    return [entry["key"] for entry in state["drivers"]["settings"]["snapshot"]]
 
 
 def test_the_journal_lets_go_of_given_back_keys_once_calls_pause(ga_env, gad):

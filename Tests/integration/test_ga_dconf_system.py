@@ -13,7 +13,7 @@ import time
 import dbus
 import pytest
 
-from conftest import pump, start_guidedaccessd
+from conftest import pump, seat_session, start_guidedaccessd
 
 MAG = ("org.gnome.desktop.a11y.magnifier", "mag-factor")
 READER = ("org.gnome.desktop.a11y.applications", "screen-reader-enabled")
@@ -21,6 +21,9 @@ READER = ("org.gnome.desktop.a11y.applications", "screen-reader-enabled")
 
 @pytest.fixture
 def lockdown(ga_env):
+    # The kiosk runs a GNOME session on seat0: every feature reaches it
+    # through the locked keys, the screen reader through gnome-session.
+    seat_session(ga_env, "gnome")
     db = ga_env.root / "db"
     db.mkdir()
     profile = ga_env.root / "profile"

@@ -14,35 +14,15 @@ import time
 import dbus
 import pytest
 
-from conftest import start_guidedaccessd
-from gadaemon import GA_ERROR, Recorder
+from conftest import LOGIND, POLKIT, seat_session, start_guidedaccessd, start_mock
+from gadaemon import GA_ERROR, Recorder, pump
 
 NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
-POLKIT = ("org.freedesktop.PolicyKit1", "/org/freedesktop/PolicyKit1/Authority")
-LOGIND = ("org.freedesktop.login1", "/org/freedesktop/login1")
 START = "org.guidedaccess.GuidedAccess1.start-session"
 END = "org.guidedaccess.GuidedAccess1.end-session"
 MANAGE = "org.guidedaccess.GuidedAccess1.manage-restrictions"
 
 pytest.importorskip("dbusmock", reason="python-dbusmock is installed by scripts/install-deps into .venv")
-
-
-def start_mock(env, template):
-    """python -m dbusmock --template TEMPLATE on the test's bus; returns once
-    its name is owned."""
-    name = {"polkitd": POLKIT[0], "logind": LOGIND[0]}[template]
-    log = open(env.root / f"mock-{template}.log", "wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dbusmock", "--session", "--template", template],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env.env)
-    env._extra_processes.append(process)
-    bus = dbus.bus.BusConnection(env.address)
-    deadline = time.monotonic() + 10
-    while not bus.name_has_owner(name):
-        assert process.poll() is None, (env.root / f"mock-{template}.log").read_text()
-        assert time.monotonic() < deadline, f"{template} mock did not start"
-        time.sleep(0.02)
-    return bus.get_object(name, POLKIT[1] if template == "polkitd" else LOGIND[1])
 
 
 @pytest.fixture
@@ -220,22 +200,63 @@ def test_logind_absent_is_logged_and_the_session_starts(ga_env, system_daemon):
 # ---------------------------------------------------------------- the desktop (spec: "Making features real")
 
 
-def start_dconf_system_daemon(env):
+def start_dconf_system_daemon(env, config=""):
     """System mode with the dconf backend (the desktop decides what it
     supports; the memory backend realises everything) on a database of the
     test's; `dconf update` announces on the test's bus."""
     (env.root / "db").mkdir()
-    config = env.write_config(f"[Service]\nBackend=dconf\n[Dconf]\nDatabaseDir={env.root}/db\nLockOutsideSession=false\n")
+    config = env.write_config(
+        f"[Service]\nBackend=dconf\n{config}[Dconf]\nDatabaseDir={env.root}/db\nLockOutsideSession=false\n")
     return start_guidedaccessd(env, config=config, args=("--system",), extra_env={"DBUS_SYSTEM_BUS_ADDRESS": env.address})
 
 
+def screen_reader_refusal(rec):
+    name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["screen-reader"], signature="s")},))
+    assert name == GA_ERROR + "UnsupportedFeature", message
+    assert rec.prop("SessionActive") is False
+    return message
+
+
+ALL = ["grayscale", "high-contrast", "invert-colors", "large-text", "on-screen-keyboard", "reduce-motion",
+       "screen-reader", "zoom"]
+GNOME_READER = ("in system mode the screen reader comes only from a GNOME session, whose gnome-session starts Orca "
+                "from its key (in user mode the service runs Orca itself)")
+
+
+@pytest.mark.parametrize("logind", [False, True], ids=["no logind", "logind without a session"])
+def test_with_no_desktop_running_system_mode_claims_nothing_and_says_what_would_deliver_it(ga_env, logind):
+    # gnome-shell and Orca's autostart entry are installed on this machine:
+    # no evidence of what the kiosk runs.
+    assert os.path.exists("/etc/xdg/autostart/orca-autostart.desktop")
+    if logind:
+        start_mock(ga_env, "logind")
+    daemon = start_dconf_system_daemon(ga_env)
+    rec = Recorder(ga_env)
+    assert rec.prop("Desktop") == "none"
+    assert rec.prop("SupportedFeatures") == []
+    assert screen_reader_refusal(rec) == f"screen-reader: logind reports no graphical session on seat0; {GNOME_READER}"
+    name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
+    assert (name, message) == (
+        GA_ERROR + "UnsupportedFeature",
+        "zoom: the desktop 'none' does not act on it (logind reports no graphical session on seat0; "
+        "[Service] Desktop= names the desktop)")
+    assert "desktop: none (logind: no graphical session on seat0)" in daemon.log()
+    assert "installed" not in daemon.log()
+
+
+def test_a_gnome_session_on_seat0_delivers_every_feature_the_screen_reader_through_gnome_session(ga_env):
+    seat_session(ga_env, "gnome")
+    daemon = start_dconf_system_daemon(ga_env)
+    rec = Recorder(ga_env)
+    assert rec.prop("Desktop") == "gnome-shell"
+    assert rec.prop("SupportedFeatures") == ALL
+    assert "screen reader started by the GNOME session from its key" in daemon.log()
+    rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["screen-reader"], signature="s")},))
+    assert rec.prop("EnabledFeatures") == ["screen-reader"]
+
+
 def test_system_mode_takes_its_desktop_from_seat0s_active_graphical_session(ga_env):
-    logind = start_mock(ga_env, "logind")
-    path = logind.AddSession("c1", "seat0", dbus.UInt32(1000), "kiosk", True, dbus_interface="org.freedesktop.DBus.Mock")
-    session = dbus.bus.BusConnection(ga_env.address).get_object(LOGIND[0], path)
-    session.AddProperty("org.freedesktop.login1.Session", "Desktop", "sway", dbus_interface="org.freedesktop.DBus.Mock")
-    session.UpdateProperties("org.freedesktop.login1.Session", {"Type": "wayland"},
-                             dbus_interface="org.freedesktop.DBus.Mock")
+    seat_session(ga_env, "sway")
     daemon = start_dconf_system_daemon(ga_env)
     rec = Recorder(ga_env)
     assert rec.prop("Desktop") == "sway"
@@ -243,17 +264,34 @@ def test_system_mode_takes_its_desktop_from_seat0s_active_graphical_session(ga_e
     # reader in the user's session, and sway starts none from the key.
     assert rec.prop("SupportedFeatures") == ["high-contrast", "large-text", "reduce-motion"]
     assert "desktop: sway (logind: seat0's session, sway)" in daemon.log()
-    name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["screen-reader"], signature="s")},))
-    assert name == GA_ERROR + "UnsupportedFeature"
-    assert message == "screen-reader: in system mode only a desktop that starts the screen reader from its key can have one, and sway does not", message
+    assert screen_reader_refusal(rec) == f"screen-reader: nothing on sway starts a screen reader from its key; {GNOME_READER}"
 
 
-def test_system_mode_without_a_graphical_session_falls_back_to_the_installed_desktop(ga_env):
-    start_mock(ga_env, "logind")  # no session on seat0
-    daemon = start_dconf_system_daemon(ga_env)
-    installed = os.access("/usr/bin/gnome-shell", os.X_OK)
-    assert Recorder(ga_env).prop("Desktop") == ("gnome-shell" if installed else "none")
-    assert ("gnome-shell is installed" if installed else "no graphical session on seat0") in daemon.log()
+def test_the_configured_desktop_is_taken_as_configured_and_the_screen_reader_still_needs_a_gnome_session(ga_env):
+    start_mock(ga_env, "logind")
+    daemon = start_dconf_system_daemon(ga_env, config="Desktop=gnome-shell\n")
+    rec = Recorder(ga_env)
+    assert rec.prop("Desktop") == "gnome-shell"
+    assert rec.prop("SupportedFeatures") == [f for f in ALL if f != "screen-reader"]
+    assert "desktop: gnome-shell ([Service] Desktop=)" in daemon.log()
+    assert screen_reader_refusal(rec) == f"screen-reader: logind reports no graphical session on seat0; {GNOME_READER}"
+
+
+def test_the_seat_is_followed_live_a_gnome_session_logging_in_and_the_seat_going_back_to_none(ga_env):
+    logind = start_mock(ga_env, "logind")
+    start_dconf_system_daemon(ga_env)
+    rec = Recorder(ga_env)
+    assert rec.prop("Desktop") == "none"
+    rec.clear()
+    seat_session(ga_env, "gnome", logind=logind)
+    arrived = ("PropertiesChanged", {"Desktop": "gnome-shell", "SupportedFeatures": ALL}, [])
+    assert pump(lambda: arrived in rec.events, 5), f"no PropertiesChanged for the GNOME session: {rec.events}"
+    # The session leaves the seat (the greeter again): nothing is claimed.
+    seat = dbus.bus.BusConnection(ga_env.address).get_object(LOGIND[0], "/org/freedesktop/login1/seat/seat0")
+    seat.UpdateProperties("org.freedesktop.login1.Seat", {"ActiveSession": ("", dbus.ObjectPath("/"))},
+                          dbus_interface="org.freedesktop.DBus.Mock")
+    left = ("PropertiesChanged", {"Desktop": "none", "SupportedFeatures": []}, [])
+    assert pump(lambda: left in rec.events, 5), f"no PropertiesChanged for the seat left empty: {rec.events}"
 
 
 # ---------------------------------------------------------------- polkit under a flood

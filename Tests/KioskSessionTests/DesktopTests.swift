@@ -1,5 +1,6 @@
 import Testing
-@testable import GuidedAccessCore
+import GuidedAccessCore
+@testable import KioskSession
 
 @Suite struct DesktopDetectionTests {
     @Test func theShellsNameOnTheBusIsGnomeShellWhateverElseThereIs() {
@@ -46,53 +47,75 @@ import Testing
         #expect(Desktop.detect(DesktopEvidence(busNames: [Desktop.gnomeSessionBusName])) == .none)
     }
 
-    @Test func logindsDesktopNamesMapOntoDesktops() {
-        #expect(Desktop.named(sessionDesktop: "gnome") == .gnomeShell)
-        #expect(Desktop.named(sessionDesktop: "KDE") == .kwin)
-        #expect(Desktop.named(sessionDesktop: "sway") == .sway)
+    @Test func logindsDesktopNamesMapOntoDesktopsAndOnlyGnomeSessionsStartTheScreenReader() {
+        for name in ["gnome", "gnome-xorg", "ubuntu"] {
+            #expect(Desktop.named(sessionDesktop: name)! == (.gnomeShell, true), "\(name)")
+        }
+        #expect(Desktop.named(sessionDesktop: "KDE")! == (.kwin, false))
+        #expect(Desktop.named(sessionDesktop: "sway")! == (.sway, false))
         #expect(Desktop.named(sessionDesktop: "openbox") == nil)
+        #expect(Desktop.named(sessionDesktop: "") == nil)
+    }
+
+    @Test func everyDesktopIsANameTheConfigurationTakes() {
+        for desktop in Desktop.allCases { #expect(Desktop.configurationKey.check(desktop.rawValue) == nil) }
+        #expect(Desktop.configurationKey.check("auto") == nil)
+        #expect(Desktop.configured("auto") == nil && Desktop.configured(nil) == nil)
+        #expect(Desktop.configured("sway") == .sway)
+        #expect(
+            Desktop.configurationKey.check("gnome")
+                == "expected auto or one of gnome-shell, kwin, sway, cage, labwc, wayfire, weston, x11, none")
     }
 }
 
 @Suite struct FeatureRealisationTests {
-    @Test func gnomeShellWithGnomeSessionRealisesEveryFeatureThroughTheKeys() {
-        let realisation = Desktop.gnomeShell.realisation(sessionStartsScreenReader: true)
-        #expect(realisation == FeatureRealisation(byKeys: Set(Feature.allCases), byProgram: [], wholeScreen: true))
+    static let gnomeSession = DesktopFacts(sessionStartsScreenReader: true)
+    static let bare = DesktopFacts()
+
+    @Test func gnomeShellWithGnomeSessionRealisesEveryFeatureThroughTheKeysForTheWholeScreen() {
+        let realisation = Desktop.gnomeShell.realisation(Self.gnomeSession)
+        #expect(realisation.byKeys == Dictionary(uniqueKeysWithValues: Feature.allCases.map { ($0, .wholeScreen) }))
+        #expect(realisation.byProgram.isEmpty)
     }
 
     /// Only the shell draws its features over the whole screen (a browser
-    /// layer leaves them to it); elsewhere the keys reach GTK apps only.
-    @Test func onlyGnomeShellRealisesItsKeysForTheWholeScreen() {
+    /// layer leaves them to it); elsewhere the keys reach the desktop's apps
+    /// only.
+    @Test func onlyGnomeShellRealisesKeysForTheWholeScreen() {
         for desktop in Desktop.allCases {
-            #expect(desktop.realisation(sessionStartsScreenReader: false).wholeScreen == (desktop == .gnomeShell), "\(desktop)")
+            let whole = desktop.realisation(Self.bare).byKeys.filter { $0.value == .wholeScreen }
+            switch desktop {
+            case .gnomeShell: #expect(Set(whole.keys) == Set(Feature.allCases).subtracting([.screenReader]))
+            default: #expect(whole.isEmpty, "\(desktop)")
+            }
         }
     }
 
     @Test func aBareGnomeShellGetsItsScreenReaderFromTheService() {
-        let realisation = Desktop.gnomeShell.realisation(sessionStartsScreenReader: false)
-        #expect(realisation.byKeys == Set(Feature.allCases).subtracting([.screenReader]))
+        let realisation = Desktop.gnomeShell.realisation(Self.bare)
+        #expect(Set(realisation.byKeys.keys) == Set(Feature.allCases).subtracting([.screenReader]))
         #expect(realisation.byProgram == [.screenReader])
     }
 
     @Test func wlrootsCompositorsWithLayerShellGetTheGtkKeysAScreenReaderAndAKeyboard() {
         for desktop in [Desktop.sway, .labwc, .wayfire] {
-            let realisation = desktop.realisation(sessionStartsScreenReader: true)
-            #expect(realisation.byKeys == [.largeText, .highContrast, .reduceMotion])
+            let realisation = desktop.realisation(Self.gnomeSession)
+            #expect(realisation.byKeys == [.largeText: .part, .highContrast: .part, .reduceMotion: .part])
             #expect(realisation.byProgram == [.screenReader, .onScreenKeyboard])
         }
     }
 
     @Test func cageAndWestonHaveNoProtocolForAKeyboard() {
         for desktop in [Desktop.cage, .weston] {
-            #expect(desktop.realisation(sessionStartsScreenReader: false).byProgram == [.screenReader])
+            #expect(desktop.realisation(Self.bare).byProgram == [.screenReader])
         }
     }
 
     @Test func x11AndKwinGetOnlyTheScreenReaderAndNoneNothing() {
         for desktop in [Desktop.x11, .kwin] {
-            #expect(desktop.realisation(sessionStartsScreenReader: false) == FeatureRealisation(byKeys: [], byProgram: [.screenReader]))
+            #expect(desktop.realisation(Self.bare) == FeatureRealisation(byKeys: [:], byProgram: [.screenReader]))
         }
-        #expect(Desktop.none.realisation(sessionStartsScreenReader: true) == FeatureRealisation(byKeys: [], byProgram: []))
+        #expect(Desktop.none.realisation(Self.gnomeSession) == FeatureRealisation(byKeys: [:], byProgram: []))
     }
 
     static func installed(_ programs: Set<String>, modules: [String] = ["sd_espeak-ng"]) -> ProgramInstallation {
@@ -101,7 +124,7 @@ import Testing
 
     @Test func aScreenReaderNeedsOrcaSpeechAnOutputModuleAndForTheServiceAnXDisplay() {
         let all = Self.installed(["orca", "speech-dispatcher"])
-        let reader = SessionProgramKind.screenReader
+        let reader = ProgramKind.screenReader
         #expect(reader.unavailableReason(installed: all, x11Display: ":0", waylandDisplay: nil) == nil)
         #expect(
             reader.unavailableReason(installed: Self.installed(["speech-dispatcher"]), x11Display: ":0", waylandDisplay: nil)
@@ -120,7 +143,7 @@ import Testing
     }
 
     @Test func aKeyboardNeedsWvkbdAndAWaylandDisplay() {
-        let keyboard = SessionProgramKind.onScreenKeyboard
+        let keyboard = ProgramKind.onScreenKeyboard
         #expect(keyboard.unavailableReason(installed: Self.installed(["wvkbd-mobintl"]), x11Display: nil, waylandDisplay: "wayland-1") == nil)
         #expect(
             keyboard.unavailableReason(installed: Self.installed([]), x11Display: nil, waylandDisplay: "wayland-1")
@@ -131,7 +154,7 @@ import Testing
     }
 
     @Test func onlyUnitNamesOfTheServicesOwnPatternAreItsUnits() {
-        let reader = SessionProgramKind.screenReader
+        let reader = ProgramKind.screenReader
         #expect(reader.unitName(pid: 4242, run: 3) == "guidedaccess-screen-reader-4242-3.service")
         #expect(reader.isUnitName("guidedaccess-screen-reader-4242-3.service"))
         for other in [
@@ -144,8 +167,8 @@ import Testing
     }
 
     @Test func onlyTheScreenReaderAndTheKeyboardAreRunAsPrograms() {
-        #expect(Feature.allCases.compactMap(SessionProgramKind.init).map { $0.feature } == [.screenReader, .onScreenKeyboard])
-        #expect(SessionProgramKind.screenReader.executable == "orca" && SessionProgramKind.screenReader.arguments == ["--replace"])
+        #expect(Feature.allCases.compactMap(ProgramKind.init).map { $0.feature } == [.screenReader, .onScreenKeyboard])
+        #expect(ProgramKind.screenReader.executable == "orca" && ProgramKind.screenReader.arguments == ["--replace"])
     }
 }
 

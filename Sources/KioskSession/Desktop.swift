@@ -1,0 +1,194 @@
+import GuidedAccessCore
+
+/// The graphical session the features act on, as the `Desktop` property and
+/// `[Service] Desktop=` name it.
+public enum Desktop: String, CaseIterable, Hashable, Sendable, CustomStringConvertible {
+    case gnomeShell = "gnome-shell"
+    case kwin
+    case sway
+    case cage
+    case labwc
+    case wayfire
+    case weston
+    case x11
+    case none
+
+    public var description: String { rawValue }
+
+    /// Bus names whose owners identify a desktop (user mode: on the session bus).
+    static let shellBusName = "org.gnome.Shell"
+    static let kwinBusName = "org.kde.KWin"
+    /// gnome-session: it starts Orca from `screen-reader-enabled` (autostart
+    /// condition; gnome-settings-daemon's a11y plugin from GNOME 49).
+    static let gnomeSessionBusName = "org.gnome.SessionManager"
+    /// Every name detection follows.
+    static let watchedBusNames = [shellBusName, kwinBusName, gnomeSessionBusName]
+
+    /// The desktop a Wayland compositor's process name (`/proc/PID/comm`) says.
+    static func compositor(named comm: String) -> Desktop? {
+        switch comm {
+        case "gnome-shell": return .gnomeShell
+        case "kwin_wayland": return .kwin
+        case "sway": return .sway
+        case "cage": return .cage
+        case "labwc": return .labwc
+        case "wayfire": return .wayfire
+        case "weston": return .weston
+        default: return nil
+        }
+    }
+
+    /// The desktop an `XDG_CURRENT_DESKTOP` entry names (`labwc:wlroots`),
+    /// the first one known.
+    static func named(currentDesktop: String) -> Desktop? {
+        for entry in currentDesktop.split(separator: ":") {
+            switch entry.lowercased() {
+                case "gnome", "ubuntu": return .gnomeShell
+            case "kde": return .kwin
+            case "sway": return .sway
+            case "cage": return .cage
+            case "labwc": return .labwc
+            case "wayfire": return .wayfire
+            case "weston": return .weston
+            default: continue
+            }
+        }
+        return nil
+    }
+
+    /// What logind's `Desktop` of a session says (`XDG_SESSION_DESKTOP`: the
+    /// name of the session file the display manager started): the desktop,
+    /// and whether the session is a GNOME session, which the display manager
+    /// starts through gnome-session (its `gnome.desktop` runs `gnome-session`).
+    static func named(sessionDesktop: String) -> (desktop: Desktop, gnomeSession: Bool)? {
+        let name = sessionDesktop.lowercased()
+        switch name {
+        case "gnome", "gnome-wayland", "gnome-xorg", "gnome-classic", "gnome-classic-wayland", "gnome-classic-xorg",
+            "ubuntu", "ubuntu-wayland", "ubuntu-xorg":
+            return (.gnomeShell, true)
+        case "plasma", "plasmawayland", "plasmax11", "kde", "kde-plasma": return (.kwin, false)
+        default:
+            return named(currentDesktop: name).map { ($0, false) }
+        }
+    }
+}
+
+/// What the service can see of its graphical session (user mode); the input
+/// of `Desktop.detect`.
+struct DesktopEvidence: Hashable, Sendable {
+    /// Which of `Desktop.watchedBusNames` have an owner on the session bus.
+    var busNames: Set<String>
+    /// The Wayland display's socket path, when there is one.
+    var waylandDisplay: String?
+    /// The process name of the compositor serving that socket.
+    var waylandCompositor: String?
+    /// `XDG_CURRENT_DESKTOP`.
+    var currentDesktop: String?
+    /// The X display (`:0`), when there is one.
+    var x11Display: String?
+
+    init(
+        busNames: Set<String> = [], waylandDisplay: String? = nil, waylandCompositor: String? = nil,
+        currentDesktop: String? = nil, x11Display: String? = nil
+    ) {
+        self.busNames = busNames
+        self.waylandDisplay = waylandDisplay
+        self.waylandCompositor = waylandCompositor
+        self.currentDesktop = currentDesktop
+        self.x11Display = x11Display
+    }
+}
+
+extension Desktop {
+    /// User mode's detection rules, most specific first:
+    /// 1. a shell's bus name (`org.gnome.Shell`, then `org.kde.KWin`): the
+    ///    desktop that acts on the keys is running;
+    /// 2. the compositor serving the Wayland socket, by its process name;
+    /// 3. with a Wayland display, `XDG_CURRENT_DESKTOP` (a compositor whose
+    ///    process could not be asked); GNOME Shell and KWin only by their
+    ///    names on the bus, which they own once they act on the keys;
+    /// 4. an X display and no Wayland one: `x11` (X without a desktop we know);
+    /// 5. `none`. A Wayland compositor we do not know is `none` too: nothing
+    ///    is promised on it.
+    static func detect(_ evidence: DesktopEvidence) -> Desktop {
+        if evidence.busNames.contains(shellBusName) { return .gnomeShell }
+        if evidence.busNames.contains(kwinBusName) { return .kwin }
+        if evidence.waylandDisplay != nil {
+            if let comm = evidence.waylandCompositor, let desktop = compositor(named: comm) { return desktop }
+            if let name = evidence.currentDesktop, let desktop = named(currentDesktop: name),
+                desktop != .gnomeShell, desktop != .kwin
+            {
+                return desktop
+            }
+            return .none
+        }
+        return evidence.x11Display != nil ? .x11 : .none
+    }
+
+    /// How this desktop realises features, given what else is known of it.
+    func realisation(_ facts: DesktopFacts) -> FeatureRealisation {
+        let keysForApps: [Feature: FeatureCapability.Reach] = [.largeText: .part, .highContrast: .part, .reduceMotion: .part]
+        switch self {
+        case .gnomeShell:
+            var byKeys: [Feature: FeatureCapability.Reach] = [:]
+            for feature in Feature.allCases where feature != .screenReader || facts.sessionStartsScreenReader {
+                byKeys[feature] = .wholeScreen
+            }
+            return FeatureRealisation(byKeys: byKeys, byProgram: facts.sessionStartsScreenReader ? [] : [.screenReader])
+        case .sway, .labwc, .wayfire:
+            // GTK apps on Wayland read these keys live through dconf; the
+            // compositor has no magnifier or colour filter, but layer-shell
+            // and virtual-keyboard for an on-screen keyboard.
+            return FeatureRealisation(byKeys: keysForApps, byProgram: [.screenReader, .onScreenKeyboard])
+        case .cage, .weston:
+            // No layer-shell or virtual-keyboard protocol for a keyboard.
+            return FeatureRealisation(byKeys: keysForApps, byProgram: [.screenReader])
+        case .kwin, .x11:
+            return FeatureRealisation(byKeys: [:], byProgram: [.screenReader])
+        case .none:
+            return FeatureRealisation(byKeys: [:], byProgram: [])
+        }
+    }
+}
+
+/// What else decides what a desktop delivers.
+struct DesktopFacts: Hashable, Sendable {
+    /// Something in the session starts Orca from `screen-reader-enabled`
+    /// (gnome-session, gnome-settings-daemon ≥ 49).
+    var sessionStartsScreenReader = false
+}
+
+/// Which features a desktop gives the person at the kiosk, and how.
+struct FeatureRealisation: Hashable, Sendable {
+    /// Features the desktop acts on through their keys alone, and whether
+    /// it covers the whole screen with them (the shell draws it) or only its
+    /// own apps (GTK apps reading the keys): then a browser layer adds them
+    /// in its pages.
+    var byKeys: [Feature: FeatureCapability.Reach]
+    /// Features nothing in the session delivers from the key, for which the
+    /// service runs a program in the session (`ProgramKind`): Orca, an
+    /// on-screen keyboard. Their keys are written too.
+    var byProgram: Set<Feature>
+    /// Why the desktop does not act on a feature, where there is more to
+    /// say than that.
+    var notes: [Feature: String] = [:]
+
+    /// The reason for a feature the desktop does not act on.
+    func notActing(_ feature: Feature, on desktop: Desktop) -> String {
+        "the desktop '\(desktop)' does not act on it" + (notes[feature].map { " (\($0))" } ?? "")
+    }
+}
+
+extension Desktop {
+    /// `[Service] Desktop=`: `auto` (detected, the default) or a desktop's
+    /// name, for where detection cannot tell.
+    package static let configurationKey = DriverConfigurationKey(group: "Service", key: "Desktop") { value in
+        value == "auto" || Desktop(rawValue: value) != nil
+            ? nil : "expected auto or one of " + allCases.map(\.rawValue).joined(separator: ", ")
+    }
+
+    /// The desktop a checked `[Service] Desktop=` names; nil: detect it.
+    package static func configured(_ value: String?) -> Desktop? {
+        value.flatMap { $0 == "auto" ? nil : Desktop(rawValue: $0) }
+    }
+}

@@ -1,0 +1,129 @@
+import GuidedAccessCore
+
+/// The programs the service runs for a feature: what, and what it needs.
+public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
+    /// Orca (`--replace`: exactly one screen reader speaks, whoever started
+    /// another); speech-dispatcher and an output module speak for it; Orca 43
+    /// runs `xkbcomp $DISPLAY`: it needs an X display (Xwayland on Wayland).
+    case screenReader
+    /// wvkbd (`wvkbd-mobintl`): a layer-shell surface typing through the
+    /// virtual-keyboard protocol; it needs the Wayland display.
+    case onScreenKeyboard
+
+    public init?(_ feature: Feature) {
+        switch feature {
+        case .screenReader: self = .screenReader
+        case .onScreenKeyboard: self = .onScreenKeyboard
+        default: return nil
+        }
+    }
+
+    public var feature: Feature { self == .screenReader ? .screenReader : .onScreenKeyboard }
+
+    /// The transient unit of run `run` of the service with pid `pid`.
+    public func unitName(pid: Int32, run: Int) -> String {
+        "guidedaccess-\(feature.wireName)-\(pid)-\(run).service"
+    }
+
+    /// Whether `name` is one of `unitName`'s: only those are ever adopted or
+    /// stopped, whatever a journal says.
+    public func isUnitName(_ name: String) -> Bool {
+        let prefix = "guidedaccess-\(feature.wireName)-", suffix = ".service"
+        guard name.hasPrefix(prefix), name.hasSuffix(suffix), name.count > prefix.count + suffix.count else {
+            return false
+        }
+        let numbers = name.dropFirst(prefix.count).dropLast(suffix.count).split(separator: "-", omittingEmptySubsequences: false)
+        return numbers.count == 2 && numbers.allSatisfy { !$0.isEmpty && $0.count <= 10 && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }
+    }
+
+    /// The program's name on PATH, and its arguments.
+    public var executable: String { self == .screenReader ? "orca" : "wvkbd-mobintl" }
+    public var arguments: [String] { self == .screenReader ? ["--replace"] : [] }
+
+    /// Why it cannot run here, or nil: `installed` says which programs
+    /// (executables, speech-dispatcher's output modules) the system has.
+    public func unavailableReason(
+        installed: ProgramInstallation, x11Display: String?, waylandDisplay: String?, needsDisplay: Bool = true
+    ) -> String? {
+        switch self {
+        case .screenReader:
+            if installed.executable(executable) == nil { return "orca is not installed" }
+            if installed.executable("speech-dispatcher") == nil { return "speech-dispatcher is not installed" }
+            if installed.speechOutputModules.isEmpty {
+                return "speech-dispatcher has no output module (e.g. speech-dispatcher-espeak-ng)"
+            }
+            if needsDisplay, x11Display == nil { return "the session has no X display, which Orca needs (Xwayland on Wayland)" }
+        case .onScreenKeyboard:
+            if installed.executable(executable) == nil { return "wvkbd (wvkbd-mobintl) is not installed" }
+            if needsDisplay, waylandDisplay == nil { return "the session has no Wayland display for wvkbd" }
+        }
+        return nil
+    }
+}
+
+/// The programs installed, as `ProgramKind.unavailableReason` asks.
+public struct ProgramInstallation: Sendable {
+    /// An executable's absolute path on PATH, or nil.
+    public var executable: @Sendable (String) -> String?
+    /// speech-dispatcher's output modules, `sd_dummy` left out.
+    public var speechOutputModules: [String]
+
+    public init(executable: @escaping @Sendable (String) -> String?, speechOutputModules: [String]) {
+        self.executable = executable
+        self.speechOutputModules = speechOutputModules
+    }
+}
+
+/// A program the service started in the kiosk's session, as its driver's
+/// journal record keeps it so that a restarted service finds it again.
+public enum ProgramRecord: Hashable, Sendable, CustomStringConvertible {
+    /// A child process: its pid, and what makes the pid that process and no
+    /// later one — its start time (clock ticks after boot, `/proc/PID/stat`
+    /// field 22) on this boot.
+    case process(pid: Int32, startTime: UInt64, bootID: String)
+    /// A transient unit of the user's systemd manager, by name.
+    case unit(String)
+
+    public var description: String {
+        switch self {
+        case .process(let pid, _, _): return "pid \(pid)"
+        case .unit(let name): return "unit \(name)"
+        }
+    }
+}
+
+/// When a supervised program that exits is started again: at once and then
+/// with a doubling delay, until more than `burst` exits fall within
+/// `interval` — then it gives up (like systemd's StartLimitBurst).
+public struct RestartPolicy: Hashable, Sendable {
+    public enum Decision: Hashable, Sendable {
+        case restart(afterMilliseconds: Int)
+        /// `exits`: how many fell within the interval.
+        case giveUp(exits: Int)
+    }
+
+    public let burst: Int
+    public let intervalMilliseconds: Int
+    public let firstDelayMilliseconds: Int
+    /// Times of the recent exits, milliseconds on a monotonic clock.
+    private var exits: [Int] = []
+
+    public init(burst: Int = 5, intervalMilliseconds: Int = 60_000, firstDelayMilliseconds: Int = 100) {
+        self.burst = burst
+        self.intervalMilliseconds = intervalMilliseconds
+        self.firstDelayMilliseconds = firstDelayMilliseconds
+    }
+
+    /// Records an exit at `now` and says what to do.
+    public mutating func exited(atMilliseconds now: Int) -> Decision {
+        exits.removeAll { now - $0 >= intervalMilliseconds }
+        exits.append(now)
+        guard exits.count <= burst else { return .giveUp(exits: exits.count) }
+        return .restart(afterMilliseconds: firstDelayMilliseconds << (exits.count - 1))
+    }
+
+    /// Forgets the exits (the program was stopped on purpose).
+    public mutating func reset() {
+        exits = []
+    }
+}

@@ -1,0 +1,168 @@
+import DBus
+import GuidedAccessCore
+import Logging
+
+/// The desktop of the kiosk, as a service outside the kiosk user's session
+/// finds it (system mode): `[Service] Desktop=` where set, else logind's
+/// active session on `seat0` (its `Desktop` and `Type`), followed live; with
+/// neither, `none`. Never what is installed: an installed package is no
+/// evidence of what the kiosk runs.
+///
+/// What it delivers is what the locked keys deliver on that desktop. The
+/// system service runs no program in the kiosk user's session, so the screen
+/// reader counts only where that session starts one from its key: a GNOME
+/// session (the display manager starts it through gnome-session, which
+/// starts Orca from `screen-reader-enabled`).
+public final class SeatDesktopDriver: FeatureDriver, @unchecked Sendable {
+    public let name = "desktop"
+    let configured: Desktop?
+    /// The system bus, where logind is.
+    private let connection: Connection
+    private let logger: Logger
+    public private(set) var desktop: Desktop = .none
+    /// What logind says of seat0's active session; nil: no graphical one (or no logind).
+    private var seatSession: SeatSession?
+    package private(set) var capabilities: [Feature: FeatureCapability] = [:]
+    package var desktopPart: DesktopPart? { .desktop(desktop.rawValue) }
+    private var events: (@Sendable (DriverEvent) -> Void)?
+    private var watches: [SubscriptionToken] = []
+    private var detecting = false
+    private var again = false
+
+    static let login1 = "org.freedesktop.login1"
+    static let seatPath: ObjectPath = "/org/freedesktop/login1/seat/seat0"
+
+    struct SeatSession: Hashable, Sendable, CustomStringConvertible {
+        var desktopName: String
+        var type: String
+        var description: String { "\(type) session '\(desktopName)'" }
+    }
+
+    public init(configured: Desktop?, connection: Connection, logger: Logger) {
+        self.configured = configured
+        self.connection = connection
+        self.logger = logger
+    }
+
+    package nonisolated(nonsending) func start(_ events: @escaping @Sendable (DriverEvent) -> Void) async {
+        self.events = events
+        let loop = connection.loop
+        // logind announces a new active session on the seat, and changes of
+        // a session's type, with PropertiesChanged; it may also restart.
+        let rules = [
+            MatchRule(sender: Self.login1, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged"),
+            MatchRule.nameOwnerChanged(for: Self.login1),
+        ]
+        for rule in rules {
+            do {
+                watches.append(
+                    try await connection.subscribe(rule) { [self] _ in
+                        Task(executorPreference: loop) { await self.redetect() }
+                    })
+            } catch {
+                logger.error("desktop: cannot follow logind on the bus: \(error)")
+            }
+        }
+        await detect(initial: true)
+    }
+
+    package nonisolated(nonsending) func apply(_ target: DriverTarget) async throws(DriverFailure) -> Bool { false }
+    package var record: JSON? { nil }
+    package nonisolated(nonsending) func recover(_ record: JSON?, target: DriverTarget?, endsNow: Bool) async -> [DriverNote] { [] }
+
+    // MARK: Detection
+
+    private func redetect() async {
+        guard !detecting else {
+            again = true
+            return
+        }
+        detecting = true
+        repeat {
+            again = false
+            await detect(initial: false)
+        } while again
+        detecting = false
+    }
+
+    private func detect(initial: Bool) async {
+        let seatSession = await activeSeatSession()
+        let named = seatSession.flatMap { session -> (desktop: Desktop, gnomeSession: Bool)? in
+            if let named = Desktop.named(sessionDesktop: session.desktopName) { return named }
+            return session.type == "x11" ? (.x11, false) : nil
+        }
+        let detected = configured ?? named?.desktop ?? .none
+        guard initial || detected != desktop || seatSession != self.seatSession else { return }
+        desktop = detected
+        self.seatSession = seatSession
+        let gnomeSession = named?.gnomeSession == true && named?.desktop == detected
+        capabilities = Self.capabilities(of: detected, gnomeSession: gnomeSession, seatSession: seatSession)
+        let source = configured != nil
+            ? "[Service] Desktop=" : seatSession.map { "logind: seat0's session, \($0.desktopName)" } ?? "logind: no graphical session on seat0"
+        logger.info(
+            "desktop: \(initial ? "" : "now ")\(desktop) (\(source)); screen reader \(gnomeSession ? "started by the GNOME session from its key" : "started by nothing in the session")"
+        )
+        if !initial { events?(.changed) }
+    }
+
+    /// What the locked keys deliver on `desktop`; for the features a program
+    /// would deliver, what would.
+    static func capabilities(
+        of desktop: Desktop, gnomeSession: Bool, seatSession: SeatSession?
+    ) -> [Feature: FeatureCapability] {
+        let realisation = desktop.realisation(DesktopFacts(sessionStartsScreenReader: gnomeSession))
+        var capabilities: [Feature: FeatureCapability] = [:]
+        for feature in Feature.allCases {
+            if let reach = realisation.byKeys[feature] {
+                capabilities[feature] = .delivers(reach)
+            } else if feature == .screenReader {
+                let here =
+                    seatSession == nil
+                    ? "logind reports no graphical session on seat0"
+                    : desktop == .gnomeShell
+                        ? "logind's session on seat0 (\(seatSession!.desktopName)) is not a GNOME session"
+                        : "nothing on \(desktop) starts a screen reader from its key"
+                capabilities[feature] = .notActing(
+                    "\(here); in system mode the screen reader comes only from a GNOME session, whose gnome-session starts Orca from its key (in user mode the service runs Orca itself)"
+                )
+            } else if realisation.byProgram.contains(feature) {
+                capabilities[feature] = .notActing(
+                    realisation.notActing(feature, on: desktop)
+                        + ", and in system mode the service runs no program in the kiosk user's session (in user mode it runs an on-screen keyboard itself)"
+                )
+            } else if desktop == .none {
+                capabilities[feature] = .notActing(
+                    "the desktop 'none' does not act on it"
+                        + (seatSession == nil ? " (logind reports no graphical session on seat0; [Service] Desktop= names the desktop)" : ""))
+            } else {
+                capabilities[feature] = .notActing(realisation.notActing(feature, on: desktop))
+            }
+        }
+        return capabilities
+    }
+
+    /// seat0's active session's `Desktop` and `Type` when it is a graphical
+    /// one, or nil (no logind, no active session, no answer within 2 s).
+    private func activeSeatSession() async -> SeatSession? {
+        func property(_ path: ObjectPath, _ interface: String, _ name: String) async -> DBusValue? {
+            let reply = try? await connection.call(
+                destination: Self.login1, path: path, interface: "org.freedesktop.DBus.Properties", member: "Get",
+                [.string(interface), .string(name)], timeout: .seconds(2))
+            guard case .variant(let value)? = reply?.first else { return nil }
+            return value
+        }
+        guard case .structure(let active)? = await property(Self.seatPath, "org.freedesktop.login1.Seat", "ActiveSession"),
+            active.count == 2, case .objectPath(let path) = active[1], path.rawValue != "/"
+        else { return nil }
+        guard case .string(let type)? = await property(path, "org.freedesktop.login1.Session", "Type"),
+            type == "wayland" || type == "x11"
+        else { return nil }
+        let desktopName: String
+        if case .string(let name)? = await property(path, "org.freedesktop.login1.Session", "Desktop") {
+            desktopName = name
+        } else {
+            desktopName = ""
+        }
+        return SeatSession(desktopName: desktopName, type: type)
+    }
+}

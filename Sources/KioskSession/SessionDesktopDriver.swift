@@ -1,0 +1,157 @@
+import CLinux
+import DBus
+import Glibc
+import GuidedAccessCore
+import Logging
+
+/// The desktop of the kiosk user's graphical session, as a service running
+/// in that session finds it (user mode): what it acts on through the keys
+/// the settings driver writes. There is nothing to apply — the desktop does
+/// it — but what it delivers decides `SupportedFeatures` and `Desktop`, and
+/// what the programs driver must run itself.
+///
+/// Detection (`Desktop.detect`) is followed live: a shell's name appearing
+/// or leaving the session bus, a Wayland or X socket appearing or going.
+/// One detection runs at a time; events meanwhile make one more.
+public final class SessionDesktopDriver: FeatureDriver, @unchecked Sendable {
+    public let name = "desktop"
+    /// `[Service] Desktop=`; nil: detected.
+    let configured: Desktop?
+    /// The service's own environment, which is its session's.
+    let environment: [String: String]
+    /// The session bus.
+    private let connection: Connection
+    private let logger: Logger
+    public private(set) var desktop: Desktop = .none
+    public private(set) var display = SessionDisplay()
+    private(set) var facts = DesktopFacts()
+    package private(set) var capabilities: [Feature: FeatureCapability] = [:]
+    package var desktopPart: DesktopPart? { .desktop(desktop.rawValue) }
+    private var events: (@Sendable (DriverEvent) -> Void)?
+    /// Called on a change, before `events` (the programs driver).
+    private var followers: [() -> Void] = []
+    private var watches: [SubscriptionToken] = []
+    private var socketWatch: DisplaySocketWatch?
+    private var detecting = false
+    private var again = false
+
+    public init(configured: Desktop?, environment: [String: String], connection: Connection, logger: Logger) {
+        self.configured = configured
+        self.environment = environment
+        self.connection = connection
+        self.logger = logger
+    }
+
+    package nonisolated(nonsending) func start(_ events: @escaping @Sendable (DriverEvent) -> Void) async {
+        self.events = events
+        let loop = connection.loop
+        for name in Desktop.watchedBusNames {
+            do {
+                watches.append(
+                    try await connection.subscribe(.nameOwnerChanged(for: name)) { [self] _ in
+                        Task(executorPreference: loop) { await self.redetect() }
+                    })
+            } catch {
+                logger.error("desktop: cannot follow \(name) on the bus: \(error)")
+            }
+        }
+        let probe = SessionProbe(environment: environment)
+        socketWatch = DisplaySocketWatch(
+            directories: [probe.runtimeDirectory, SessionProbe.x11SocketDirectory].compactMap { $0 }, loop: loop
+        ) { [self] in
+            Task(executorPreference: loop) { await self.redetect() }
+        }
+        await detect(initial: true)
+    }
+
+    /// `follower` is called whenever what was detected changes, before the service hears of it.
+    func follow(_ follower: @escaping () -> Void) {
+        followers.append(follower)
+    }
+
+    package nonisolated(nonsending) func apply(_ target: DriverTarget) async throws(DriverFailure) -> Bool { false }
+    package var record: JSON? { nil }
+    package nonisolated(nonsending) func recover(_ record: JSON?, target: DriverTarget?, endsNow: Bool) async -> [DriverNote] { [] }
+
+    // MARK: Detection
+
+    private func redetect() async {
+        guard !detecting else {
+            again = true
+            return
+        }
+        detecting = true
+        repeat {
+            again = false
+            await detect(initial: false)
+        } while again
+        detecting = false
+    }
+
+    private func detect(initial: Bool) async {
+        let probe = SessionProbe(environment: environment)
+        var names: Set<String> = []
+        for name in Desktop.watchedBusNames where (try? await connection.nameOwner(name)) != nil {
+            names.insert(name)
+        }
+        let display = probe.display()
+        let detected = configured ?? Desktop.detect(probe.evidence(busNames: names, display: display))
+        let facts = DesktopFacts(sessionStartsScreenReader: names.contains(Desktop.gnomeSessionBusName))
+        guard initial || detected != desktop || display != self.display || facts != self.facts else { return }
+        let source = configured != nil ? "[Service] Desktop=" : "detected"
+        desktop = detected
+        self.display = display
+        self.facts = facts
+        capabilities = Self.capabilities(of: detected, facts, installation: probe.installation)
+        let reader = desktop.realisation(facts).byKeys[.screenReader] != nil
+            ? "started by the session from its key" : "started by the service"
+        logger.info("desktop: \(initial ? "" : "now ")\(desktop) (\(source); \(display)); screen reader \(reader)")
+        guard !initial else { return }
+        for follower in followers { follower() }
+        events?(.changed)
+    }
+
+    /// What the desktop delivers through the keys; for every other feature,
+    /// that it does not act on it (a program may).
+    static func capabilities(
+        of desktop: Desktop, _ facts: DesktopFacts, installation: ProgramInstallation
+    ) -> [Feature: FeatureCapability] {
+        let realisation = desktop.realisation(facts)
+        var capabilities: [Feature: FeatureCapability] = [:]
+        for feature in Feature.allCases {
+            if let reach = realisation.byKeys[feature] {
+                // The session starts the screen reader; it needs something to speak with all the same.
+                if feature == .screenReader,
+                    let missing = ProgramKind.screenReader.unavailableReason(
+                        installed: installation, x11Display: nil, waylandDisplay: nil, needsDisplay: false)
+                {
+                    capabilities[feature] = .unavailable(missing)
+                } else {
+                    capabilities[feature] = .delivers(reach)
+                }
+            } else {
+                capabilities[feature] = .notActing(realisation.notActing(feature, on: desktop))
+            }
+        }
+        return capabilities
+    }
+
+    // MARK: For the programs driver
+
+    /// The environment a program in the session gets: the service's own
+    /// (its session's), the displays found, nothing of the service's
+    /// systemd unit.
+    var programEnvironment: [String: String] {
+        var environment = self.environment
+        for name in [
+            "NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID", "INVOCATION_ID",
+            "SYSTEMD_EXEC_PID",
+        ] {
+            environment[name] = nil
+        }
+        if let wayland = display.waylandDisplay { environment["WAYLAND_DISPLAY"] = wayland }
+        if let x11 = display.x11Display { environment["DISPLAY"] = x11 }
+        if let xauthority = display.xauthority { environment["XAUTHORITY"] = xauthority }
+        return environment
+    }
+}

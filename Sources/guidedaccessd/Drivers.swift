@@ -1,0 +1,84 @@
+import BrowserLayer
+import DBus
+import DconfBackend
+import GSettingsBackend
+import GuidedAccessCore
+import KioskSession
+
+/// The drivers of this service, in the order the session transaction runs
+/// them: the one place that names them. Adding a desktop or a transport is
+/// a driver in a driver module and a line here.
+enum Drivers {
+    /// The configuration keys the drivers' modules own.
+    static let configurationKeys: [DriverConfigurationKey] = [
+        Desktop.configurationKey, BrowserPagesDriver.configurationKey,
+    ]
+
+    /// `[Service] Backend=`: where the settings keys go.
+    static func settingsBackend(_ configuration: ServiceConfiguration, loop: EventLoop) throws -> any SettingsBackend {
+        switch configuration.backend {
+        case .gsettings:
+            let gsettings = GSettingsBackend(loop: loop)
+            logger.info("gsettings backend: \(gsettings.store.rawValue) store")
+            gsettings.onNote = { logger.info("gsettings backend: \($0)") }
+            return gsettings
+        case .memory:
+            return MemorySettingsBackend()
+        case .dconf:
+            let dconf: DconfBackend
+            do {
+                dconf = try DconfBackend(
+                    databaseDir: configuration.dconf.databaseDir, databaseName: configuration.dconf.databaseName,
+                    lockOutsideSession: configuration.dconf.lockOutsideSession)
+                dconf.onWarning = { logger.warning("dconf backend: \($0)") }
+                // Before the journal is recovered and the name requested. Keys a
+                // resumed session imposes keep their values. Without
+                // LockOutsideSession this removes a baseline an earlier
+                // configuration left.
+                let hadBaseline = !dconf.baseline.isEmpty
+                try dconf.lockBaseline(dconf.schemaDefaults(of: FeatureKeyMap.allRequirements.map { $0.key }))
+                if configuration.dconf.lockOutsideSession {
+                    logger.info("dconf backend: \(dconf.baseline.count) keys locked at their defaults outside a session")
+                } else if hadBaseline {
+                    logger.notice("dconf backend: LockOutsideSession is off: the baseline lock of an earlier configuration is removed")
+                }
+            } catch {
+                throw StartError("dconf backend: \(error.message)")
+            }
+            return dconf
+        }
+    }
+
+    /// The list for `mode`: the settings keys first; then the desktop that
+    /// acts on them — user mode: found in the session the service runs in,
+    /// which also runs the programs the desktop lacks; system mode:
+    /// logind's seat0 — and the kiosk browser's pages where configured.
+    static func list(
+        mode: ServiceMode, configuration: ServiceConfiguration, backend: any SettingsBackend, connection: Connection,
+        environment: [String: String]
+    ) -> [any FeatureDriver] {
+        let configuredDesktop = Desktop.configured(configuration.driverValue(group: "Service", key: "Desktop"))
+        var drivers: [any FeatureDriver] = [SettingsDriver(backend: backend)]
+        switch mode {
+        case .user:
+            let desktop = SessionDesktopDriver(
+                configured: configuredDesktop, environment: environment, connection: connection, logger: logger)
+            drivers.append(desktop)
+            // The memory backend stands for a whole kiosk by itself: nothing runs in a session.
+            if !backend.realisesEveryFeature {
+                drivers.append(SessionProgramsDriver(desktop: desktop, loop: connection.loop, bus: connection, logger: logger))
+            }
+        case .system:
+            drivers.append(SeatDesktopDriver(configured: configuredDesktop, connection: connection, logger: logger))
+        }
+        if let endpoint = BrowserPagesDriver.configured(configuration.driverValue(group: "Browser", key: "DevToolsEndpoint")) {
+            drivers.append(BrowserPagesDriver(endpoint: endpoint, loop: connection.loop, logger: logger))
+        }
+        return drivers
+    }
+}
+
+struct StartError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
