@@ -4,6 +4,7 @@ import GuidedAccessCore
 /// `[Service] Desktop=` name it.
 public enum Desktop: String, CaseIterable, Hashable, Sendable, CustomStringConvertible {
     case gnomeShell = "gnome-shell"
+    case gnomeKiosk = "gnome-kiosk"
     case kwin
     case sway
     case cage
@@ -16,18 +17,20 @@ public enum Desktop: String, CaseIterable, Hashable, Sendable, CustomStringConve
     public var description: String { rawValue }
 
     /// Bus names whose owners identify a desktop (user mode: on the session bus).
+    static let kioskBusName = "org.gnome.Kiosk"
     static let shellBusName = "org.gnome.Shell"
     static let kwinBusName = "org.kde.KWin"
     /// gnome-session: it starts Orca from `screen-reader-enabled` (autostart
     /// condition; gnome-settings-daemon's a11y plugin from GNOME 49).
     static let gnomeSessionBusName = "org.gnome.SessionManager"
     /// Every name detection follows.
-    static let watchedBusNames = [shellBusName, kwinBusName, gnomeSessionBusName]
+    static let watchedBusNames = [kioskBusName, shellBusName, kwinBusName, gnomeSessionBusName]
 
     /// The desktop a Wayland compositor's process name (`/proc/PID/comm`) says.
     static func compositor(named comm: String) -> Desktop? {
         switch comm {
         case "gnome-shell": return .gnomeShell
+        case "gnome-kiosk": return .gnomeKiosk
         case "kwin_wayland": return .kwin
         case "sway": return .sway
         case "cage": return .cage
@@ -38,12 +41,13 @@ public enum Desktop: String, CaseIterable, Hashable, Sendable, CustomStringConve
         }
     }
 
-    /// The desktop an `XDG_CURRENT_DESKTOP` entry names (`labwc:wlroots`),
-    /// the first one known.
+    /// The desktop an `XDG_CURRENT_DESKTOP` entry names (`labwc:wlroots`,
+    /// `GNOME-Kiosk:GNOME`), the first one known.
     static func named(currentDesktop: String) -> Desktop? {
         for entry in currentDesktop.split(separator: ":") {
             switch entry.lowercased() {
-                case "gnome", "ubuntu": return .gnomeShell
+            case "gnome-kiosk": return .gnomeKiosk
+            case "gnome", "ubuntu": return .gnomeShell
             case "kde": return .kwin
             case "sway": return .sway
             case "cage": return .cage
@@ -66,6 +70,10 @@ public enum Desktop: String, CaseIterable, Hashable, Sendable, CustomStringConve
         case "gnome", "gnome-wayland", "gnome-xorg", "gnome-classic", "gnome-classic-wayland", "gnome-classic-xorg",
             "ubuntu", "ubuntu-wayland", "ubuntu-xorg":
             return (.gnomeShell, true)
+        case _ where name.hasPrefix("gnome-kiosk") || name.hasPrefix("org.gnome.kiosk"):
+            // GNOME Kiosk's sessions (gnome-kiosk-script-wayland,
+            // org.gnome.Kiosk.SearchApp.Session, gnome-kiosk-menu-wayland).
+            return (.gnomeKiosk, false)
         case "plasma", "plasmawayland", "plasmax11", "kde", "kde-plasma": return (.kwin, false)
         default:
             return named(currentDesktop: name).map { ($0, false) }
@@ -101,8 +109,9 @@ struct DesktopEvidence: Hashable, Sendable {
 
 extension Desktop {
     /// User mode's detection rules, most specific first:
-    /// 1. a shell's bus name (`org.gnome.Shell`, then `org.kde.KWin`): the
-    ///    desktop that acts on the keys is running;
+    /// 1. a shell's bus name (`org.gnome.Kiosk` — GNOME Kiosk also owns
+    ///   `org.gnome.Shell` from version 49 — then `org.gnome.Shell`, then
+    ///   `org.kde.KWin`): the desktop that acts on the keys is running;
     /// 2. the compositor serving the Wayland socket, by its process name;
     /// 3. with a Wayland display, `XDG_CURRENT_DESKTOP` (a compositor whose
     ///    process could not be asked); GNOME Shell and KWin only by their
@@ -111,6 +120,7 @@ extension Desktop {
     /// 5. `none`. A Wayland compositor we do not know is `none` too: nothing
     ///    is promised on it.
     static func detect(_ evidence: DesktopEvidence) -> Desktop {
+        if evidence.busNames.contains(kioskBusName) { return .gnomeKiosk }
         if evidence.busNames.contains(shellBusName) { return .gnomeShell }
         if evidence.busNames.contains(kwinBusName) { return .kwin }
         if evidence.waylandDisplay != nil {
@@ -135,6 +145,20 @@ extension Desktop {
                 byKeys[feature] = .wholeScreen
             }
             return FeatureRealisation(byKeys: byKeys, byProgram: facts.sessionStartsScreenReader ? [] : [.screenReader])
+        case .gnomeKiosk:
+            // It follows the text, contrast and motion keys (for its apps:
+            // high contrast is the toolkit's), and from version 50 the
+            // magnifier's; it has no colour effects and no keyboard.
+            var byKeys = keysForApps
+            if facts.kioskMagnifier { byKeys[.zoom] = .wholeScreen }
+            if facts.sessionStartsScreenReader { byKeys[.screenReader] = .wholeScreen }
+            return FeatureRealisation(
+                byKeys: byKeys, byProgram: facts.sessionStartsScreenReader ? [] : [.screenReader],
+                notes: [
+                    .invertColors: "GNOME Kiosk has no colour effects", .grayscale: "GNOME Kiosk has no colour effects",
+                    .zoom: "GNOME Kiosk has a magnifier from version 50, and the one running has none",
+                    .onScreenKeyboard: "GNOME Kiosk has no on-screen keyboard",
+                ])
         case .sway, .labwc, .wayfire:
             // GTK apps on Wayland read these keys live through dconf; the
             // compositor has no magnifier or colour filter, but layer-shell
@@ -156,6 +180,8 @@ struct DesktopFacts: Hashable, Sendable {
     /// Something in the session starts Orca from `screen-reader-enabled`
     /// (gnome-session, gnome-settings-daemon ≥ 49).
     var sessionStartsScreenReader = false
+    /// GNOME Kiosk's compositor reads the magnifier's keys (version 50 and later).
+    var kioskMagnifier = false
 }
 
 /// Which features a desktop gives the person at the kiosk, and how.

@@ -119,7 +119,7 @@ public final class SeatDesktopDriver: FeatureDriver, @unchecked Sendable {
                 let here =
                     seatSession == nil
                     ? "logind reports no graphical session on seat0"
-                    : desktop == .gnomeShell
+                    : desktop == .gnomeShell || desktop == .gnomeKiosk
                         ? "logind's session on seat0 (\(seatSession!.desktopName)) is not a GNOME session"
                         : "nothing on \(desktop) starts a screen reader from its key"
                 capabilities[feature] = .notActing(

@@ -34,6 +34,8 @@ public final class SessionDesktopDriver: FeatureDriver, @unchecked Sendable {
     private var socketWatch: DisplaySocketWatch?
     private var detecting = false
     private var again = false
+    /// The last executable looked at for GNOME Kiosk's magnifier, and the answer.
+    private var magnifierChecked: (FileIdentity, Bool)?
 
     public init(configured: Desktop?, environment: [String: String], connection: Connection, logger: Logger) {
         self.configured = configured
@@ -96,7 +98,8 @@ public final class SessionDesktopDriver: FeatureDriver, @unchecked Sendable {
         }
         let display = probe.display()
         let detected = configured ?? Desktop.detect(probe.evidence(busNames: names, display: display))
-        let facts = DesktopFacts(sessionStartsScreenReader: names.contains(Desktop.gnomeSessionBusName))
+        var facts = DesktopFacts(sessionStartsScreenReader: names.contains(Desktop.gnomeSessionBusName))
+        if detected == .gnomeKiosk { facts.kioskMagnifier = await kioskReadsMagnifier(display) }
         guard initial || detected != desktop || display != self.display || facts != self.facts else { return }
         let source = configured != nil ? "[Service] Desktop=" : "detected"
         desktop = detected
@@ -134,6 +137,57 @@ public final class SessionDesktopDriver: FeatureDriver, @unchecked Sendable {
             }
         }
         return capabilities
+    }
+
+    /// Whether the running GNOME Kiosk follows the magnifier's keys (version
+    /// 50 and later): its executable holds the key's name. GNOME Kiosk tells
+    /// its version to no one on the bus; its compositor is the process
+    /// serving the Wayland socket, or the owner of `org.gnome.Kiosk`.
+    private func kioskReadsMagnifier(_ display: SessionDisplay) async -> Bool {
+        var pid = display.compositor == "gnome-kiosk" ? display.compositorPID : nil
+        if pid == nil, let credentials = try? await connection.credentials(of: Desktop.kioskBusName) {
+            if let fd = credentials.processFD { close(fd) }
+            pid = credentials.processID.map { Int32(bitPattern: $0) }
+        }
+        // Only the compositor itself: a pid reused meanwhile is some other program.
+        guard let pid, pid > 0, ProcessTable.name(of: pid) == "gnome-kiosk" else { return false }
+        let path = "/proc/\(pid)/exe"
+        guard let identity = FileIdentity(atPath: path) else { return false }
+        if let (checked, answer) = magnifierChecked, checked == identity { return answer }
+        let answer = Self.file(path, contains: Array(SettingKey.screenMagnifierEnabled.key.utf8))
+        magnifierChecked = (identity, answer)
+        return answer
+    }
+
+    /// Whether the file holds `needle` (read in blocks, at most 256 MiB).
+    static func file(_ path: String, contains needle: [UInt8]) -> Bool {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0, !needle.isEmpty else { return false }
+        defer { close(fd) }
+        var window: [UInt8] = []
+        var block = [UInt8](repeating: 0, count: 1 << 16)
+        var total = 0
+        while total < 256 << 20 {
+            let n = read(fd, &block, block.count)
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { return false }
+            total += n
+            // The tail of the last block, so that a match across blocks is found.
+            window = Array(window.suffix(needle.count - 1)) + block[0..<n]
+            if contains(window, needle) { return true }
+        }
+        return false
+    }
+
+    private static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard haystack.count >= needle.count else { return false }
+        let first = needle[0]
+        var i = 0
+        while i <= haystack.count - needle.count {
+            if haystack[i] == first, haystack[i..<(i + needle.count)].elementsEqual(needle) { return true }
+            i += 1
+        }
+        return false
     }
 
     // MARK: For the programs driver

@@ -53,18 +53,34 @@ import GuidedAccessCore
         }
         #expect(Desktop.named(sessionDesktop: "KDE")! == (.kwin, false))
         #expect(Desktop.named(sessionDesktop: "sway")! == (.sway, false))
+        // GNOME Kiosk's own sessions, by their file names.
+        for name in ["gnome-kiosk-script-wayland", "org.gnome.Kiosk.SearchApp.Session", "gnome-kiosk-menu-wayland"] {
+            #expect(Desktop.named(sessionDesktop: name)! == (.gnomeKiosk, false), "\(name)")
+        }
         #expect(Desktop.named(sessionDesktop: "openbox") == nil)
         #expect(Desktop.named(sessionDesktop: "") == nil)
+    }
+
+    @Test func gnomeKiosksNameOnTheBusComesBeforeTheShellsItAlsoOwns() {
+        let evidence = DesktopEvidence(
+            busNames: [Desktop.shellBusName, Desktop.kioskBusName], waylandDisplay: "wayland-0",
+            waylandCompositor: "gnome-kiosk")
+        #expect(Desktop.detect(evidence) == .gnomeKiosk)
+    }
+
+    @Test func gnomeKioskIsRecognisedByItsProcessAndByXdgCurrentDesktop() {
+        #expect(Desktop.detect(DesktopEvidence(waylandDisplay: "wayland-0", waylandCompositor: "gnome-kiosk")) == .gnomeKiosk)
+        #expect(Desktop.detect(DesktopEvidence(waylandDisplay: "wayland-0", currentDesktop: "GNOME-Kiosk:GNOME")) == .gnomeKiosk)
     }
 
     @Test func everyDesktopIsANameTheConfigurationTakes() {
         for desktop in Desktop.allCases { #expect(Desktop.configurationKey.check(desktop.rawValue) == nil) }
         #expect(Desktop.configurationKey.check("auto") == nil)
         #expect(Desktop.configured("auto") == nil && Desktop.configured(nil) == nil)
-        #expect(Desktop.configured("sway") == .sway)
+        #expect(Desktop.configured("gnome-kiosk") == .gnomeKiosk)
         #expect(
             Desktop.configurationKey.check("gnome")
-                == "expected auto or one of gnome-shell, kwin, sway, cage, labwc, wayfire, weston, x11, none")
+                == "expected auto or one of gnome-shell, gnome-kiosk, kwin, sway, cage, labwc, wayfire, weston, x11, none")
     }
 }
 
@@ -80,12 +96,13 @@ import GuidedAccessCore
 
     /// Only the shell draws its features over the whole screen (a browser
     /// layer leaves them to it); elsewhere the keys reach the desktop's apps
-    /// only.
-    @Test func onlyGnomeShellRealisesKeysForTheWholeScreen() {
+    /// only — but GNOME Kiosk's magnifier, which magnifies everything.
+    @Test func onlyTheGnomeCompositorsRealiseKeysForTheWholeScreen() {
         for desktop in Desktop.allCases {
-            let whole = desktop.realisation(Self.bare).byKeys.filter { $0.value == .wholeScreen }
+            let whole = desktop.realisation(DesktopFacts(kioskMagnifier: true)).byKeys.filter { $0.value == .wholeScreen }
             switch desktop {
             case .gnomeShell: #expect(Set(whole.keys) == Set(Feature.allCases).subtracting([.screenReader]))
+            case .gnomeKiosk: #expect(Set(whole.keys) == [.zoom])
             default: #expect(whole.isEmpty, "\(desktop)")
             }
         }
@@ -95,6 +112,17 @@ import GuidedAccessCore
         let realisation = Desktop.gnomeShell.realisation(Self.bare)
         #expect(Set(realisation.byKeys.keys) == Set(Feature.allCases).subtracting([.screenReader]))
         #expect(realisation.byProgram == [.screenReader])
+    }
+
+    @Test func gnomeKioskActsOnTextContrastMotionAndFromVersion50TheMagnifierButNoColourEffects() {
+        let before50 = Desktop.gnomeKiosk.realisation(Self.bare)
+        #expect(before50.byKeys == [.largeText: .part, .highContrast: .part, .reduceMotion: .part])
+        #expect(before50.byProgram == [.screenReader])
+        #expect(before50.notActing(.invertColors, on: .gnomeKiosk) == "the desktop 'gnome-kiosk' does not act on it (GNOME Kiosk has no colour effects)")
+        #expect(before50.notActing(.zoom, on: .gnomeKiosk).contains("from version 50"))
+        let from50 = Desktop.gnomeKiosk.realisation(DesktopFacts(sessionStartsScreenReader: true, kioskMagnifier: true))
+        #expect(from50.byKeys[.zoom] == .wholeScreen && from50.byKeys[.screenReader] == .wholeScreen)
+        #expect(from50.byKeys[.invertColors] == nil && from50.byKeys[.grayscale] == nil && from50.byProgram.isEmpty)
     }
 
     @Test func wlrootsCompositorsWithLayerShellGetTheGtkKeysAScreenReaderAndAKeyboard() {

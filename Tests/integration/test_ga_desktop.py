@@ -107,3 +107,103 @@ def test_a_screen_reader_that_cannot_be_started_fails_the_call_and_changes_nothi
     assert ga_env.snapshot()[READER_KEY] is None
     rec.call("EndSession")
     assert ga_env.snapshot() == before
+
+
+# ---------------------------------------------------------------- GNOME Kiosk (spec 1.2, section 3)
+
+FAKE_KIOSK = r"""
+import os, socket, sys, time
+import dbus
+# What GNOME Kiosk shows the service: the Wayland socket it serves, and its
+# names on the session bus, org.gnome.Kiosk first (kiosk-compositor.c).
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(os.path.join(os.environ["XDG_RUNTIME_DIR"], "wayland-0"))
+listener.listen(8)
+bus = dbus.bus.BusConnection(os.environ["DBUS_SESSION_BUS_ADDRESS"])
+for name in sys.argv[1:]:
+    bus.request_name(name)
+print("ready", flush=True)
+while True:
+    connection, _ = listener.accept()
+    connection.close()
+"""
+
+
+def start_fake_kiosk(env, tmp_path, names=("org.gnome.Kiosk", SHELL), magnifier=False, program="gnome-kiosk"):
+    """A process whose name is gnome-kiosk (a copy of the interpreter, as
+    GNOME Kiosk's executable is called) serving wayland-0 and owning NAMES.
+    With `magnifier` its executable holds the magnifier key's name, as
+    GNOME Kiosk 50's does (kiosk-magnifier.c)."""
+    import shutil
+    import subprocess
+    import sys
+
+    executable = tmp_path / program
+    shutil.copy(os.path.realpath("/usr/bin/python3"), executable)
+    if magnifier:
+        with open(executable, "ab") as out:
+            out.write(b"\0screen-magnifier-enabled\0")
+    script = tmp_path / "fake-kiosk.py"
+    script.write_text(FAKE_KIOSK)
+    process = subprocess.Popen([str(executable), str(script), *names], stdout=subprocess.PIPE, env=env.env, text=True)
+    env._extra_processes.append(process)
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+def test_gnome_kiosk_is_recognised_by_its_name_before_the_shells_and_claims_no_colour_effects(ga_env, tmp_path):
+    ga_env.stand_for_no_desktop()
+    start_fake_kiosk(ga_env, tmp_path)
+    daemon = start_guidedaccessd(ga_env)
+    rec = Recorder(ga_env)
+    assert rec.prop("Desktop") == "gnome-kiosk"
+    supported = rec.prop("SupportedFeatures")
+    assert {"high-contrast", "large-text", "reduce-motion"} <= set(supported)
+    assert not {"invert-colors", "grayscale", "zoom", "on-screen-keyboard"} & set(supported)
+    for feature in ("invert-colors", "grayscale"):
+        name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array([feature], signature="s")},))
+        assert (name, message) == (
+            GA_ERROR + "UnsupportedFeature",
+            f"{feature}: the desktop 'gnome-kiosk' does not act on it (GNOME Kiosk has no colour effects)")
+    name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
+    assert message == ("zoom: the desktop 'gnome-kiosk' does not act on it (GNOME Kiosk has a magnifier from "
+                       "version 50, and the one running has none)"), message
+    assert "desktop: gnome-kiosk (detected; WAYLAND_DISPLAY=wayland-0, compositor gnome-kiosk" in daemon.log()
+    rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["high-contrast", "large-text"], signature="s")},))
+    assert rec.prop("EnabledFeatures") == ["high-contrast", "large-text"]
+
+
+def test_gnome_kiosk_50_magnifies_the_screen(ga_env, tmp_path):
+    ga_env.stand_for_no_desktop()
+    start_fake_kiosk(ga_env, tmp_path, magnifier=True)
+    start_guidedaccessd(ga_env)
+    rec = Recorder(ga_env)
+    assert rec.prop("Desktop") == "gnome-kiosk"
+    assert "zoom" in rec.prop("SupportedFeatures")
+    assert not {"invert-colors", "grayscale"} & set(rec.prop("SupportedFeatures"))
+    rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
+    assert ga_env.snapshot()["/org/gnome/desktop/a11y/applications/screen-magnifier-enabled"] is True
+
+
+def test_gnome_kiosk_owning_org_gnome_shell_is_not_taken_for_gnome_shell_and_its_arrival_is_followed(ga_env, tmp_path):
+    ga_env.stand_for_no_desktop()
+    start_guidedaccessd(ga_env)
+    rec = Recorder(ga_env)
+    assert rec.prop("Desktop") == "none"
+    rec.clear()
+    # Only its names this time (the compositor on another socket): the bus decides.
+    kiosk = ga_env.connect(mainloop=False)
+    kiosk.request_name("org.gnome.Kiosk")
+    kiosk.request_name(SHELL)
+    assert pump(lambda: any(e[0] == "PropertiesChanged" and e[1].get("Desktop") == "gnome-kiosk" for e in rec.events), 5), \
+        f"no PropertiesChanged to gnome-kiosk: {rec.events}"
+    assert "invert-colors" not in rec.prop("SupportedFeatures")
+
+
+def test_xdg_current_desktop_naming_gnome_kiosk_is_gnome_kiosk(ga_env, tmp_path):
+    ga_env.stand_for_no_desktop()
+    # A Wayland socket served by a process of another name: the compositor
+    # could not be asked; XDG_CURRENT_DESKTOP as GNOME Kiosk's sessions set it.
+    start_fake_kiosk(ga_env, tmp_path, names=(), program="compositor")
+    start_guidedaccessd(ga_env, extra_env={"XDG_CURRENT_DESKTOP": "GNOME-Kiosk:GNOME"})
+    assert Recorder(ga_env).prop("Desktop") == "gnome-kiosk"
