@@ -1,4 +1,5 @@
 // guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR]
+// guidedaccessd [--user | --system] [--config FILE] --check-configuration
 // guidedaccessd --print-introspection | --print-configuration-keys
 //
 // The GuidedAccess service: org.guidedaccess.GuidedAccess1 on the session
@@ -40,7 +41,7 @@ func fail(_ message: String, code: Int32 = 1) -> Never {
 }
 
 let usage =
-    "usage: guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR]"
+    "usage: guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR] [--check-configuration]"
     + " | --print-introspection | --print-configuration-keys | --version | --help"
 
 // MARK: Command line
@@ -49,6 +50,7 @@ var mode = ServiceMode.user
 var address: String?
 var configPath: String?
 var stateDirectory: String?
+var checkOnly = false
 var arguments = CommandLine.arguments.dropFirst().makeIterator()
 while let argument = arguments.next() {
     func value() -> String {
@@ -61,6 +63,7 @@ while let argument = arguments.next() {
     case "--address": address = value()
     case "--config": configPath = value()
     case "--state-dir": stateDirectory = value()
+    case "--check-configuration": checkOnly = true
     case "--help", "-h":
         print(usage)
         exit(0)
@@ -134,6 +137,13 @@ do {
         groupID: { name in getgrnam(name).map { $0.pointee.gr_gid } })
 } catch {
     fail("configuration: \(error)")
+}
+
+if checkOnly {
+    // What start-up checks of the configuration, and nothing more: no bus,
+    // no state directory.
+    print("configuration: \(configFile) and its drop-ins: valid for \(mode.rawValue) mode")
+    exit(0)
 }
 
 // MARK: State directory
