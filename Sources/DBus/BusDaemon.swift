@@ -141,22 +141,42 @@ public enum ProcessInfo {
     /// may make cgroups of any name (delegation): a user's own units live in
     /// `user@UID.service`'s subtree, and are that system unit's processes.
     public static func systemdUnit(fromCgroupFile text: String) -> String? {
-        var path: Substring?
-        for line in text.split(separator: "\n") {
-            let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-            guard fields.count == 3 else { continue }
-            if fields[0] == "0" && fields[1].isEmpty {
-                path = fields[2]
+        var text = text
+        return text.withUTF8 { systemdUnit(fromCgroupFile: $0) }
+    }
+
+    /// `systemdUnit(fromCgroupFile:)` of the file's bytes: read for every
+    /// call a caller makes, so parsed without making Strings of its lines.
+    public static func systemdUnit(fromCgroupFile bytes: some Collection<UInt8>) -> String? {
+        let colon = UInt8(ascii: ":"), newline = UInt8(ascii: "\n")
+        var path: ArraySlice<UInt8>?
+        let all = Array(bytes)
+        var start = 0
+        while start < all.count {
+            let end = all[start...].firstIndex(of: newline) ?? all.count
+            let line = all[start..<end]
+            start = end + 1
+            // HIERARCHY:CONTROLLERS:PATH
+            guard let first = line.firstIndex(of: colon), let second = line[(first + 1)...].firstIndex(of: colon) else {
+                continue
+            }
+            let hierarchy = line[line.startIndex..<first], controllers = line[(first + 1)..<second]
+            if hierarchy.elementsEqual([UInt8(ascii: "0")]) && controllers.isEmpty {
+                path = line[(second + 1)...]
                 break
             }
-            if fields[1] == "name=systemd" { path = fields[2] }
+            if controllers.elementsEqual("name=systemd".utf8) { path = line[(second + 1)...] }
         }
-        guard let path else { return nil }
-        for element in path.split(separator: "/") {
+        guard var rest = path else { return nil }
+        while !rest.isEmpty {
+            let end = rest.firstIndex(of: UInt8(ascii: "/")) ?? rest.endIndex
+            let element = rest[rest.startIndex..<end]
+            rest = end < rest.endIndex ? rest[(end + 1)...] : []
+            if element.isEmpty { continue }
             // systemd escapes a name that could clash with the kernel's files with a leading "_".
-            let name = element.hasPrefix("_") ? element.dropFirst() : element
+            let name = element.first == UInt8(ascii: "_") ? element.dropFirst() : element
             if name.hasSuffix(".slice") { continue }
-            return name.hasSuffix(".service") || name.hasSuffix(".scope") ? String(name) : nil
+            return name.hasSuffix(".service") || name.hasSuffix(".scope") ? String(decoding: name, as: UTF8.self) : nil
         }
         return nil
     }
@@ -177,5 +197,12 @@ public enum ProcessInfo {
             bytes += chunk[0..<n]
         }
         return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+extension ArraySlice where Element == UInt8 {
+    fileprivate func hasSuffix(_ suffix: String) -> Bool {
+        let tail = suffix.utf8
+        return count >= tail.count && self.suffix(tail.count).elementsEqual(tail)
     }
 }

@@ -219,9 +219,25 @@ public enum DBusNames {
     /// Interface and error names: two or more dot-separated elements of
     /// [A-Za-z0-9_], none starting with a digit, at most 255 bytes.
     public static func isValidInterface(_ text: String) -> Bool {
-        let elements = text.split(separator: ".", omittingEmptySubsequences: false)
-        guard text.utf8.count <= 255, elements.count >= 2 else { return false }
-        return elements.allSatisfy(isValidElement)
+        var text = text
+        return text.withUTF8 { bytes in
+            guard bytes.count <= 255 else { return false }
+            var elements = 0
+            var elementStart = true
+            for byte in bytes {
+                if byte == UInt8(ascii: ".") {
+                    guard !elementStart else { return false }
+                    elementStart = true
+                    continue
+                }
+                // No element starts with a digit.
+                if elementStart, byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") { return false }
+                guard isNameByte(byte) else { return false }
+                if elementStart { elements += 1 }
+                elementStart = false
+            }
+            return !elementStart && elements >= 2
+        }
     }
 
     /// Member names: one element of [A-Za-z0-9_], not starting with a digit.

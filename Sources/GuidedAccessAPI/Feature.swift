@@ -39,10 +39,48 @@ public enum Feature: String, CaseIterable, Hashable, Sendable, Comparable, Custo
     }
 
     /// Wire-name order, so every sorted list the API sends is sorted as strings.
-    public static func < (a: Feature, b: Feature) -> Bool { a.rawValue < b.rawValue }
+    public static func < (a: Feature, b: Feature) -> Bool { a.order < b.order }
+
+    /// Hashed by its place in that order, not by its name: sets of features
+    /// are made and compared on every call.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(order)
+    }
+
+    /// The place of its wire name among all, sorted as strings.
+    var order: Int {
+        switch self {
+        case .grayscale: return 0
+        case .highContrast: return 1
+        case .invertColors: return 2
+        case .largeText: return 3
+        case .onScreenKeyboard: return 4
+        case .reduceMotion: return 5
+        case .screenReader: return 6
+        case .zoom: return 7
+        }
+    }
 }
 
 extension Sequence where Element == Feature {
     /// The wire names, sorted: the form of `EnabledFeatures` and `SupportedFeatures`.
-    public var sortedWireNames: [String] { map { $0.wireName }.sorted() }
+    public var sortedWireNames: [String] { sorted().map { $0.wireName } }
+}
+
+extension Set where Element == Feature {
+    /// The wire names, sorted: the form of `EnabledFeatures` and
+    /// `SupportedFeatures`. Looked up, not sorted: every announcement and
+    /// audit record of a call lists features.
+    public var sortedWireNames: [String] {
+        var mask = 0
+        for feature in self { mask |= 1 << feature.order }
+        return Feature.sortedWireNames[mask]
+    }
+}
+
+extension Feature {
+    /// For each set of features, by the bits of their `order`, their wire names sorted.
+    fileprivate static let sortedWireNames: [[String]] = (0..<(1 << allCases.count)).map { mask in
+        allCases.sorted().filter { mask & (1 << $0.order) != 0 }.map(\.wireName)
+    }
 }

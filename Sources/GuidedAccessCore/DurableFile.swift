@@ -155,9 +155,27 @@ extension DurableFile {
     public static func replaceRecycling(
         _ path: String, with bytes: [UInt8], mode: mode_t, directory: String
     ) throws(FileError) {
-        let name = path.split(separator: "/").last.map(String.init) ?? path
-        let slots = ["a", "b"].map { directory + "/." + name + ".slot-" + $0 }
-        let fresh = directory + "/." + name + ".new"
+        try replaceRecycling(RecycledFile(path, directory: directory), with: bytes, mode: mode)
+    }
+
+    /// A file replaced through two recycled slots: its paths, worked out once.
+    public struct RecycledFile: Sendable {
+        public let path: String
+        public let directory: String
+        let slots: [String]
+        let fresh: String
+
+        public init(_ path: String, directory: String) {
+            self.path = path
+            self.directory = directory
+            let name = path.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(path[path.utf8.index(after: $0)...]) } ?? path
+            slots = ["a", "b"].map { directory + "/." + name + ".slot-" + $0 }
+            fresh = directory + "/." + name + ".new"
+        }
+    }
+
+    public static func replaceRecycling(_ file: RecycledFile, with bytes: [UInt8], mode: mode_t) throws(FileError) {
+        let (path, directory, slots, fresh) = (file.path, file.directory, file.slots, file.fresh)
         if !syncedDirectories.withLock({ $0.contains(directory) }) {
             try syncDirectory(directory)
             syncedDirectories.withLock { _ = $0.insert(directory) }

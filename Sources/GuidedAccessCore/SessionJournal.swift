@@ -53,10 +53,12 @@ public struct SessionJournal: Sendable {
     public static let fileName = "journal.json"
 
     public let directory: String
-    public var path: String { directory + "/" + Self.fileName }
+    public var path: String { file.path }
+    private let file: DurableFile.RecycledFile
 
     public init(directory: String) {
         self.directory = directory
+        file = DurableFile.RecycledFile(directory + "/" + Self.fileName, directory: directory)
     }
 
     /// More than 256 restrictions of the largest size, escaped, ever take.
@@ -130,13 +132,13 @@ public struct SessionJournal: Sendable {
         if !madeBefore { try makeDirectory() }
         do {
             // 0600: the journal holds the owner's identity and the user's settings.
-            try DurableFile.replaceRecycling(path, with: data, mode: 0o600, directory: directory)
+            try DurableFile.replaceRecycling(file, with: data, mode: 0o600)
         } catch where madeBefore && error.errno == ENOENT {
             // Removed since this process made it: made again, as every write once did.
             Self.madeDirectories.withLock { _ = $0.remove(directory) }
             try makeDirectory()
             do {
-                try DurableFile.replaceRecycling(path, with: data, mode: 0o600, directory: directory)
+                try DurableFile.replaceRecycling(file, with: data, mode: 0o600)
             } catch {
                 throw .io(error)
             }

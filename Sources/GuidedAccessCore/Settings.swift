@@ -2,10 +2,26 @@
 public struct SettingKey: Hashable, Sendable, Comparable, CustomStringConvertible {
     public let schema: String
     public let key: String
+    /// Worked out once: keys are looked up in dictionaries many times a call.
+    private let fingerprint: UInt64
 
     public init(schema: String, key: String) {
         self.schema = schema
         self.key = key
+        // FNV-1a over both names, a NUL between them.
+        var value: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in schema.utf8 { value = (value ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        value = value &* 0x100_0000_01b3
+        for byte in key.utf8 { value = (value ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        fingerprint = value
+    }
+
+    public static func == (a: SettingKey, b: SettingKey) -> Bool {
+        a.fingerprint == b.fingerprint && a.schema == b.schema && a.key == b.key
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(fingerprint)
     }
 
     /// The dconf path of the key, for schemas without a path of their own

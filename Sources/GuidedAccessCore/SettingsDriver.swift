@@ -21,11 +21,18 @@ package final class SettingsDriver: FeatureDriver {
     package let backend: any SettingsBackend
     package let keyMap: FeatureKeyMap
     /// For each value of the journal's `snapshot`: the key's value before the session.
-    package private(set) var snapshot: [SettingKey: StoredValue] = [:]
+    package private(set) var snapshot: [SettingKey: StoredValue] = [:] {
+        didSet { cachedRecord = nil }
+    }
+    /// `record`, made once per snapshot: the store reads it at every journal write.
+    private var cachedRecord: JSON??
     package let capabilities: [Feature: FeatureCapability]
     package var desktopPart: DesktopPart? { nil }
-    /// The target whose keys the backend holds now.
-    private var current = DriverTarget.none
+    /// The target whose keys the backend holds now, and their values.
+    private var current = DriverTarget.none {
+        didSet { held = keyMap.keyValues(for: current.features, options: current.keyMapOptions) }
+    }
+    private var held: [SettingKey: SettingValue] = [:]
     private var prepared: Prepared?
     private var restoredAtEnd = 0
 
@@ -73,7 +80,6 @@ package final class SettingsDriver: FeatureDriver {
     package func prepare(_ target: DriverTarget) throws(DriverFailure) {
         prepared = nil
         let wanted = keyMap.keyValues(for: target.features, options: target.keyMapOptions)
-        let held = keyMap.keyValues(for: current.features, options: current.keyMapOptions)
         var changes: [SettingKey: SettingValue?] = [:]
         for (key, value) in wanted where held[key] != value { changes[key] = .some(value) }
         var restores: [SettingKey] = []
@@ -125,7 +131,7 @@ package final class SettingsDriver: FeatureDriver {
                 throw DriverFailure(.failed, "\(what): \(error.message)")
             }
         }
-        current = target
+        if current != target { current = target }
         for key in change.restores { snapshot[key] = nil }
         if target.features.isEmpty { restoredAtEnd = change.restores.count }
         return false
@@ -138,7 +144,10 @@ package final class SettingsDriver: FeatureDriver {
     // MARK: The journal
 
     package var record: JSON? {
-        snapshot.isEmpty ? nil : .object([("snapshot", .array(Self.entries(snapshot).map { $0.json() }))])
+        if let cachedRecord { return cachedRecord }
+        let record: JSON? = snapshot.isEmpty ? nil : .object([("snapshot", .array(Self.entries(snapshot).map { $0.json() }))])
+        cachedRecord = .some(record)
+        return record
     }
 
     package func validate(_ record: JSON) throws(DriverRecordError) {

@@ -51,39 +51,52 @@ public struct AuditLog: Sendable {
     public func record(
         _ event: AuditEvent, caller: CallerIdentity?, _ message: String, fields: [String: String] = [:]
     ) {
-        var all: [(String, String)] = [
-            ("MESSAGE", message), ("MESSAGE_ID", event.messageID), ("PRIORITY", String(event.priority)),
-            ("SYSLOG_IDENTIFIER", "guidedaccessd"), ("GUIDEDACCESS_EVENT", event.rawValue),
-        ]
+        var datagram = Datagram()
+        func append(_ name: String, _ value: String) { datagram.append(name, value) }
+        append("MESSAGE", message)
+        append("MESSAGE_ID", event.messageID)
+        append("PRIORITY", String(event.priority))
+        append("SYSLOG_IDENTIFIER", "guidedaccessd")
+        append("GUIDEDACCESS_EVENT", event.rawValue)
         if let caller {
-            all.append(("GUIDEDACCESS_CALLER_UID", String(caller.uid)))
-            all.append(("GUIDEDACCESS_CALLER_PID", String(caller.pid)))
-            all.append(("GUIDEDACCESS_CALLER_EXE", caller.executablePath ?? ""))
-            all.append(("GUIDEDACCESS_CALLER_UNIT", caller.systemdUnit ?? ""))
+            append("GUIDEDACCESS_CALLER_UID", String(caller.uid))
+            append("GUIDEDACCESS_CALLER_PID", String(caller.pid))
+            append("GUIDEDACCESS_CALLER_EXE", caller.executablePath ?? "")
+            append("GUIDEDACCESS_CALLER_UNIT", caller.systemdUnit ?? "")
         }
-        all += fields.sorted { $0.key < $1.key }.map { ("GUIDEDACCESS_" + $0.key, $0.value) }
-        if !journal.send(Self.datagram(all)) {
-            // At the record's own priority: a refusal is a warning.
-            let text = all.dropFirst().map { "\($0.0)=\($0.1)" }.joined(separator: " ")
+        for (name, value) in fields.sorted(by: { $0.key < $1.key }) { append("GUIDEDACCESS_" + name, value) }
+        if !journal.send(datagram.bytes) {
+            // At the record's own priority: a refusal is a warning. The
+            // fields as the datagram has them (escaped), MESSAGE aside.
+            let text = datagram.bytes.split(separator: UInt8(ascii: "\n")).dropFirst()
+                .map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
             let level: Logger.Level = event.priority <= 3 ? .error : event.priority == 4 ? .warning : .notice
             logger.log(level: level, "audit: \(message) [\(text)]")
         }
     }
 
-    /// One datagram in journald's native format, `NAME=value` lines. Values
+    /// One datagram in journald's native format, `NAME=value` lines (the
+    /// fields in order; `record` builds its own the same way). Values
     /// are escaped and bounded (`LogText`): a caller's executable path is
     /// the caller's choice, and a record read as text (`journalctl -o
     /// cat`, syslog forwarding) must not show lines the caller wrote.
     static func datagram(_ fields: [(String, String)]) -> [UInt8] {
-        var datagram: [UInt8] = []
-        datagram.reserveCapacity(512)
-        for (name, value) in fields {
-            datagram += name.utf8
-            datagram.append(UInt8(ascii: "="))
-            datagram += LogText.escaped(value).utf8
-            datagram.append(UInt8(ascii: "\n"))
+        var datagram = Datagram()
+        for (name, value) in fields { datagram.append(name, value) }
+        return datagram.bytes
+    }
+
+    struct Datagram {
+        private(set) var bytes: [UInt8] = []
+
+        init() { bytes.reserveCapacity(512) }
+
+        mutating func append(_ name: String, _ value: String) {
+            bytes += name.utf8
+            bytes.append(UInt8(ascii: "="))
+            bytes += LogText.escaped(value).utf8
+            bytes.append(UInt8(ascii: "\n"))
         }
-        return datagram
     }
 }
 
@@ -92,6 +105,9 @@ public struct AuditLog: Sendable {
 final class JournalSocket: Sendable {
     let path: String
     private let fd = Mutex<Int32>(-1)
+    /// When connecting last failed (CLOCK_MONOTONIC, seconds): no journald.
+    /// Tried again a second later, not for every record.
+    private let failedAt = Mutex<Int?>(nil)
 
     init(path: String) {
         self.path = path
@@ -107,8 +123,15 @@ final class JournalSocket: Sendable {
             for attempt in 0..<2 {
                 if fd < 0 || attempt > 0 {
                     if fd >= 0 { close(fd) }
+                    var now = timespec()
+                    clock_gettime(CLOCK_MONOTONIC, &now)
+                    if fd < 0, let failed = failedAt.withLock({ $0 }), now.tv_sec - failed < 1 { return false }
                     fd = connected()
-                    guard fd >= 0 else { return false }
+                    guard fd >= 0 else {
+                        failedAt.withLock { $0 = now.tv_sec }
+                        return false
+                    }
+                    failedAt.withLock { $0 = nil }
                 }
                 let sent = datagram.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                 if sent == datagram.count { return true }

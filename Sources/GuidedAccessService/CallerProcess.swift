@@ -19,25 +19,51 @@ struct CallerProcess: Hashable {
 
     /// nil when there is no such process (any more).
     init?(pid: UInt32) {
-        let directory = open("/proc/\(pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard directory >= 0 else { return nil }
-        defer { close(directory) }
-        self.init(pid: pid, procDirectory: directory)
+        guard let directory = ProcDirectory(pid: pid) else { return nil }
+        self.init(directory)
     }
 
-    /// Read through `/proc/PID`, open as `directory`.
-    init?(pid: UInt32, procDirectory directory: Int32) {
-        guard let stat = ProcessInfo.readSmallFile("stat", relativeTo: directory),
-            let start = Self.startTicks(fromStat: stat),
-            let status = ProcessInfo.readSmallFile("status", relativeTo: directory),
-            let uid = Self.effectiveUID(fromStatus: status)
+    /// Read through its `/proc/PID` directory, which the caller keeps open
+    /// (a connection's process, read again at each call): `startTicks`
+    /// given is not read again, as the directory pins the process. Read as
+    /// bytes and parsed as bytes: every call a caller makes reads these
+    /// files, and splitting them as Strings cost more than reading them.
+    init?(_ process: ProcDirectory, startTicks known: UInt64? = nil) {
+        let (pid, directory) = (process.pid, process.fd)
+        var buffer = [UInt8](unsafeUninitializedCapacity: 4096) { _, count in count = 4096 }
+        guard let start = known ?? Self.read("stat", in: directory, into: &buffer, Self.startTicks(fromStat:)),
+            let uid = Self.read("status", in: directory, into: &buffer, Self.effectiveUID(fromStatus:))
         else { return nil }
         self.pid = pid
         startTicks = start
         effectiveUID = uid
         executable = Self.executable(in: directory)
-        systemdUnit = ProcessInfo.readSmallFile("cgroup", relativeTo: directory)
-            .flatMap(ProcessInfo.systemdUnit(fromCgroupFile:))
+        systemdUnit = Self.read("cgroup", in: directory, into: &buffer) { bytes in
+            ProcessInfo.systemdUnit(fromCgroupFile: String(decoding: bytes, as: UTF8.self))
+        }
+    }
+
+    /// What `parse` makes of file `name` of `directory`, read into `buffer`
+    /// (grown as needed, up to 1 MiB); nil when it cannot be read.
+    private static func read<T>(
+        _ name: String, in directory: Int32, into buffer: inout [UInt8], _ parse: (ArraySlice<UInt8>) -> T?
+    ) -> T? {
+        let fd = openat(directory, name, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var count = 0
+        while true {
+            if count == buffer.count {
+                guard buffer.count < 1 << 20 else { break }
+                buffer += repeatElement(0, count: buffer.count)
+            }
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + count, $0.count - count) }
+            if n < 0, errno == EINTR { continue }
+            if n < 0 { return nil }
+            if n == 0 { break }
+            count += n
+        }
+        return parse(buffer[0..<count])
     }
 
     /// Whether it started before `time` (CLOCK_BOOTTIME, which /proc's start
@@ -47,18 +73,54 @@ struct CallerProcess: Hashable {
         startTicks * (1_000_000_000 / UInt64(sysconf(Int32(_SC_CLK_TCK)))) <= time
     }
 
-    static func startTicks(fromStat text: String) -> UInt64? {
-        // The fields after the command name, which may hold spaces and parentheses;
-        // the first of them is field 3.
-        guard let close = text.lastIndex(of: ")") else { return nil }
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        return fields.count > 19 ? UInt64(fields[19]) : nil
+    /// Field 22 of `/proc/PID/stat`. The fields after the command name,
+    /// which may hold spaces and parentheses: the first of them is field 3.
+    static func startTicks(fromStat bytes: ArraySlice<UInt8>) -> UInt64? {
+        guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+        var fields = bytes[(close + 1)...].split(separator: UInt8(ascii: " "), maxSplits: 21).dropFirst(19).makeIterator()
+        return fields.next().flatMap(decimal)
     }
 
-    static func effectiveUID(fromStatus text: String) -> UInt32? {
-        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Uid:") }) else { return nil }
-        let ids = line.dropFirst(4).split(whereSeparator: { $0 == "\t" || $0 == " " })  // real, effective, saved, fs
-        return ids.count == 4 ? UInt32(ids[1]) : nil
+    /// The second field of `Uid:` in `/proc/PID/status`: real, effective, saved, fs.
+    static func effectiveUID(fromStatus bytes: ArraySlice<UInt8>) -> UInt32? {
+        let label = Array("Uid:".utf8)
+        var start = bytes.startIndex
+        while start < bytes.endIndex {
+            let end = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
+            let line = bytes[start..<end]
+            if line.starts(with: label) {
+                // Four whitespace-separated numbers; the second.
+                var ids: [ArraySlice<UInt8>] = []
+                var index = line.startIndex + label.count
+                while index < line.endIndex, ids.count < 5 {
+                    while index < line.endIndex, line[index] == UInt8(ascii: "\t") || line[index] == UInt8(ascii: " ") {
+                        index += 1
+                    }
+                    let start = index
+                    while index < line.endIndex, line[index] != UInt8(ascii: "\t"), line[index] != UInt8(ascii: " ") {
+                        index += 1
+                    }
+                    if index > start { ids.append(line[start..<index]) }
+                }
+                return ids.count == 4 ? decimal(ids[1]).flatMap(UInt32.init(exactly:)) : nil
+            }
+            start = end + 1
+        }
+        return nil
+    }
+
+    /// A decimal number of ASCII digits (no sign), or nil.
+    private static func decimal(_ digits: ArraySlice<UInt8>) -> UInt64? {
+        guard !digits.isEmpty, digits.count <= 20 else { return nil }
+        var value: UInt64 = 0
+        for digit in digits {
+            guard digit >= UInt8(ascii: "0"), digit <= UInt8(ascii: "9") else { return nil }
+            let (times10, overflow) = value.multipliedReportingOverflow(by: 10)
+            let (sum, overflow2) = times10.addingReportingOverflow(UInt64(digit - UInt8(ascii: "0")))
+            guard !overflow, !overflow2 else { return nil }
+            value = sum
+        }
+        return value
     }
 
     /// The file `exe` links to, and the path the process's namespace shows it at.
@@ -68,6 +130,23 @@ struct CallerProcess: Hashable {
         else { return nil }
         return Executable(path: path, file: FileIdentity(device: UInt64(status.st_dev), inode: UInt64(status.st_ino)))
     }
+}
+
+/// A process's `/proc/PID` directory, open: once the process has been
+/// reaped, reads through it fail, also when its pid was given to another
+/// process meanwhile. Closed with its last reference.
+final class ProcDirectory: Sendable {
+    let pid: UInt32
+    let fd: Int32
+
+    init?(pid: UInt32) {
+        let fd = open("/proc/\(pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        self.pid = pid
+        self.fd = fd
+    }
+
+    deinit { close(fd) }
 }
 
 /// The pidfd a bus gives for a connection's process (`ProcessFD`, dbus ≥

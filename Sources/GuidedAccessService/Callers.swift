@@ -41,12 +41,31 @@ extension GuidedAccessService {
     /// or unit: elsewhere the executable decides only take-over, which a
     /// process of the same user can have by exec'ing the owner's program
     /// anyway). Either way it must run as the connection's user.
+    ///
+    /// Once shown, the process's `/proc/PID` directory is kept with the
+    /// connection's credentials: the next calls read through it (it reads
+    /// nothing once the process is gone) and need not show it again.
     private func connectingProcess(
         _ credentials: CallerCredentials, uid: UInt32, of sender: String, warn: Bool
     ) -> CallerProcess? {
+        if let (directory, startTicks) = credentials.process {
+            // Read again: it may have exec'd another program, or changed its uid.
+            guard let process = CallerProcess(directory, startTicks: startTicks) else { return nil }
+            guard process.effectiveUID == uid else {
+                if warn {
+                    logger.warning(
+                        "pid \(process.pid) of \(sender) runs as uid \(process.effectiveUID), not as the connection's uid \(uid): its executable and unit are not taken as the caller's"
+                    )
+                }
+                return nil
+            }
+            return process
+        }
         // With a pidfd, its own pid: the bus's may be of another pid namespace.
         let pid = if let pidFD = credentials.pidFD { pidFD.pid } else { credentials.pid }
-        guard let pid, pid != 0, let process = CallerProcess(pid: pid) else { return nil }
+        guard let pid, pid != 0, let directory = ProcDirectory(pid: pid), let process = CallerProcess(directory) else {
+            return nil
+        }
         func refuse(_ why: String) -> CallerProcess? {
             guard warn else { return nil }
             logger.warning("pid \(pid) of \(sender) \(why): its executable and unit are not taken as the caller's")
@@ -57,14 +76,14 @@ extension GuidedAccessService {
         }
         if let pidFD = credentials.pidFD {
             // Not reaped after the reads: they were of the process that connected.
-            return pidFD.isAlive ? process : nil
-        }
-        if let connectionAges {
+            guard pidFD.isAlive else { return nil }
+        } else if let connectionAges {
             guard let appeared = connectionAges.appearance(of: sender) else {
                 return refuse("cannot be dated: the service did not see \(sender) appear on the bus")
             }
             guard process.started(before: appeared) else { return refuse("started after its connection") }
         }
+        credentialCache[sender]?.process = (directory, process.startTicks)
         return process
     }
 
@@ -149,6 +168,8 @@ struct CallerCredentials {
     var gids: [UInt32]
     var pid: UInt32?
     var pidFD: ConnectionPidFD?
+    /// The process once shown to be the connection's, and its start time.
+    var process: (ProcDirectory, UInt64)?
 
     init(uid: UInt32?, gids: [UInt32] = [], pid: UInt32? = nil, pidFD: ConnectionPidFD? = nil) {
         self.uid = uid

@@ -13,7 +13,8 @@ public enum LogText {
     public static let limit = 4096
 
     public static func escaped(_ text: String, limit: Int = LogText.limit) -> String {
-        if text.utf8.count <= limit, text.utf8.allSatisfy(isPlain) { return text }
+        var contiguous = text
+        if contiguous.withUTF8({ $0.count <= limit && $0.allSatisfy(isPlain) }) { return text }
         var out = ""
         var written = 0
         var read = 0

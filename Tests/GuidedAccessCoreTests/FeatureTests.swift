@@ -44,3 +44,19 @@ import Testing
         #expect(GuidedAccessError.limitExceeded("x").dbusErrorName == "org.guidedaccess.GuidedAccess1.Error.LimitExceeded")
     }
 }
+
+@Suite struct FeatureOrderTests {
+    /// `<` (and hashing) go by a table, not by the names: it must be the
+    /// names' own order, so every sorted list the API sends is sorted as strings.
+    @Test func theOrderIsTheWireNamesOrderAsStrings() {
+        #expect(Feature.allCases.sorted().map(\.wireName) == Feature.allCases.map(\.wireName).sorted())
+    }
+
+    @Test func equalSettingKeysHashAlikeAndDifferentOnesDiffer() {
+        let a = SettingKey(schema: "org.gnome.desktop.a11y.magnifier", key: "mag-factor")
+        #expect(a == SettingKey.magFactor && a.hashValue == SettingKey.magFactor.hashValue)
+        // The separator keeps "a.b" + "c" apart from "a" + "b.c".
+        #expect(SettingKey(schema: "ab", key: "c") != SettingKey(schema: "a", key: "bc"))
+        #expect(Set(FeatureKeyMap.allRequirements.map(\.key)).count == FeatureKeyMap.allRequirements.count)
+    }
+}

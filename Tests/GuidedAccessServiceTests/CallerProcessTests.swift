@@ -45,14 +45,16 @@ import Testing
 
     @Test func theStartTimeIsField22AfterACommandNameWithSpacesAndParentheses() {
         let stat = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10"
-        #expect(CallerProcess.startTicks(fromStat: stat) == 987_654)
-        #expect(CallerProcess.startTicks(fromStat: "4242 (short) S 1 2") == nil)
+        #expect(CallerProcess.startTicks(fromStat: ArraySlice(stat.utf8)) == 987_654)
+        #expect(CallerProcess.startTicks(fromStat: ArraySlice("4242 (short) S 1 2".utf8)) == nil)
+        #expect(CallerProcess.startTicks(fromStat: ArraySlice(stat.replacing("987654", with: "98765x").utf8)) == nil)
     }
 
     @Test func theUidIsTheEffectiveOne() {
         let status = "Name:\tsudo\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t1000\t0\t0\t0\nGid:\t1000\t1000\t1000\t1000\n"
-        #expect(CallerProcess.effectiveUID(fromStatus: status) == 0)
-        #expect(CallerProcess.effectiveUID(fromStatus: "Name:\tx\n") == nil)
+        #expect(CallerProcess.effectiveUID(fromStatus: ArraySlice(status.utf8)) == 0)
+        #expect(CallerProcess.effectiveUID(fromStatus: ArraySlice("Name:\tx\n".utf8)) == nil)
+        #expect(CallerProcess.effectiveUID(fromStatus: ArraySlice("Uid:\t1\t4294967296\t0\t0\n".utf8)) == nil)
     }
 
     @Test func aProcessIsReadWithItsProgramAsAFile() throws {
@@ -82,12 +84,14 @@ import Testing
     @Test func readsThroughTheProcDirectoryFailOnceItsProcessIsGone() throws {
         // So a pid given to another process meanwhile is never read as this one.
         let child = try Child(["/bin/sleep", "30"])
-        let directory = open("/proc/\(child.pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        #expect(directory >= 0)
-        defer { close(directory) }
-        #expect(CallerProcess(pid: child.pid, procDirectory: directory) != nil)
+        let directory = try #require(ProcDirectory(pid: child.pid))
+        let first = try #require(CallerProcess(directory))
+        // Read again with the start time known (a connection's process,
+        // kept between its calls): the same facts.
+        #expect(CallerProcess(directory, startTicks: first.startTicks) == first)
         child.killAndReap()
-        #expect(CallerProcess(pid: child.pid, procDirectory: directory) == nil)
+        #expect(CallerProcess(directory) == nil)
+        #expect(CallerProcess(directory, startTicks: first.startTicks) == nil)
     }
 
     @Test func aPidFDNamesItsProcessUntilItIsReaped() throws {
