@@ -86,9 +86,10 @@ public final class SessionStore {
     /// Starts `new` with its features made real, all or nothing.
     nonisolated(nonsending) package func begin(_ new: Session) async throws(GuidedAccessError) {
         precondition(session == nil, "a session is active")
-        try await transact(to: new, journaling: new)
+        let urgent = try await transact(to: new, journaling: new)
         session = new
         generation &+= 1
+        caughtUp(urgent: urgent)
     }
 
     /// Turns the session's features into `features`, all or nothing.
@@ -96,9 +97,10 @@ public final class SessionStore {
         guard var new = session else { throw .notInSession("no session is active") }
         guard features != new.features else { return }
         new.features = features
-        try await transact(to: new, journaling: new)
+        let urgent = try await transact(to: new, journaling: new)
         // What happened meanwhile (an owner that left) is kept.
         session?.features = features
+        caughtUp(urgent: urgent)
     }
 
     /// What ending a session did.
@@ -183,17 +185,30 @@ public final class SessionStore {
         precondition(turns.isTaken, "a change outside `exclusively`")
         guard let current = session else { return [] }
         var problems: [String] = []
-        var urgent = false
+        var prepared: [Int] = []
         for (index, driver) in drivers.enumerated() {
             do {
                 try driver.prepare(target(index, for: current))
-                urgent = try await driver.apply(target(index, for: current)) || urgent
+                prepared.append(index)
             } catch {
-                driver.cancel()
                 problems.append(error.message)
             }
         }
-        caughtUp(urgent: urgent)
+        // What a driver is about to do that a restart must know: first.
+        if currentRecords() != journaled, let problem = recordNow() {
+            for index in prepared.reversed() { drivers[index].cancel() }
+            return problems + ["cannot record the session before applying it again: \(problem.message)"]
+        }
+        for index in prepared {
+            do {
+                _ = try await drivers[index].apply(target(index, for: current))
+            } catch {
+                problems.append(error.message)
+            }
+        }
+        // Rare: journaled at once, whatever changed (a program started, or
+        // one that failed half-way).
+        if currentRecords() != journaled, let problem = recordNow() { problems.append(problem.message) }
         return problems
     }
 
@@ -295,7 +310,11 @@ public final class SessionStore {
 
     /// The transaction to `target` (nil: no session), journaling `journaled`
     /// (the session as the journal must have it meanwhile), all or nothing.
-    nonisolated(nonsending) private func transact(to target: Session?, journaling journaled: Session?) async throws(GuidedAccessError) {
+    /// Returns whether a driver's record grew while applying: the caller,
+    /// once it has made `target` the session, journals it (`caughtUp`).
+    nonisolated(nonsending) private func transact(
+        to target: Session?, journaling journaled: Session?
+    ) async throws(GuidedAccessError) -> Bool {
         precondition(turns.isTaken, "a change outside `exclusively`")
         let previous = session
         let targets = drivers.indices.map { self.target($0, for: target) }
@@ -320,9 +339,11 @@ public final class SessionStore {
             do {
                 urgent = try await driver.apply(targets[index]) || urgent
             } catch {
+                for unapplied in drivers[(index + 1)...] { unapplied.cancel() }
                 // Undone by every driver that took part, last first; one
                 // whose outcome is unknown keeps in its record what it may
                 // have done, for its next change or the end.
+                var problems: [String] = []
                 for undone in (0...index).reversed() where undone != index || error.kind != .outcomeUnknown {
                     let before = self.target(undone, for: previous)
                     do {
@@ -330,15 +351,22 @@ public final class SessionStore {
                         _ = try await drivers[undone].apply(before)
                     } catch {
                         drivers[undone].cancel()
+                        problems.append(error.message)
                     }
                 }
                 ahead = nil
-                try? record(previous)
-                throw error.apiError
+                // The session as it is now: what happened meanwhile (an
+                // owner that left) stays.
+                do {
+                    try record(session)
+                } catch {
+                    problems.append("the journal cannot record that the change was undone: \(error.message)")
+                }
+                guard !problems.isEmpty else { throw error.apiError }
+                throw DriverFailure(error.kind, error.message + "; undoing it: " + problems.joined(separator: "; ")).apiError
             }
         }
-        ahead = nil
-        caughtUp(urgent: urgent)
+        return urgent
     }
 
     /// Every driver releases what it made real, in order. The first
@@ -387,6 +415,7 @@ public final class SessionStore {
     nonisolated(nonsending) public func recover(
         _ state: JournalState?, ownerConnected: (String) -> Bool, nowUsec: UInt64
     ) async -> Recovery {
+        precondition(turns.isTaken, "a change outside `exclusively`")
         registry = RestrictionRegistry(restrictions: state?.restrictions ?? [])
         let records = state?.drivers ?? [:]
         var recovery = Recovery()

@@ -24,13 +24,11 @@ extension GuidedAccessService {
         case .changed:
             let changed = store.updateSupport()
             if changed { logSupport() }
-            if session != nil {
-                // The session's features, applied again: what a driver can
-                // do now starts, what it no longer can stops.
-                let problems = (try? await store.exclusively { await store.reapply() }) ?? []
-                for problem in problems { logger.error("\(driver): applying the session again: \(problem)") }
-                journalSoonIfBehind()
-            }
+            // The session's features, applied again: what a driver can do
+            // now starts, what it no longer can stops. In a turn: a session
+            // beginning meanwhile is applied with what its drivers can do then.
+            let problems = (try? await store.exclusively { await store.reapply() }) ?? []
+            for problem in problems { logger.error("after \(driver) changed, applying the session again: \(problem)") }
             if changed { await announce() }
         case .recordChanged:
             if let problem = store.noteRecords() { logger.error("\(driver): \(problem)") }

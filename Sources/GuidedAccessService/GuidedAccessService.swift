@@ -61,8 +61,10 @@ public actor GuidedAccessService {
     /// When connections appeared on the bus, where that is needed to tell
     /// a caller's process from a later one with its pid (`followConnectionAges`).
     var connectionAges: ConnectionAges?
-    /// A pending journal write after a driver gave something back (`journalSoon`).
+    /// A pending journal write after a driver gave something back
+    /// (`journalSoonIfBehind`), and when it is due.
     var journalRefresh: Task<Void, Never>?
+    var journalRefreshDue: ContinuousClock.Instant?
     /// Retries putting back what a session that did not start left (`settleSoon`).
     var settleTask: Task<Void, Never>?
     let inhibitor: SleepInhibitor
@@ -117,7 +119,11 @@ public actor GuidedAccessService {
         if let owner = state?.session?.owner, (try? await connection.nameOwner(owner)) == owner {
             connected.insert(owner)
         }
-        let recovery = await store.recover(state, ownerConnected: connected.contains, nowUsec: Self.nowUsec())
+        // In a turn: a driver's event meanwhile (a desktop coming up) waits
+        // until the session is taken up.
+        let recovery = try await store.exclusively {
+            await store.recover(state, ownerConnected: connected.contains, nowUsec: Self.nowUsec())
+        }
         log(recovery.notes)
         if let problem = recovery.journalProblem { logger.error("\(problem)") }
         if store.hasLeftovers { settleSoon() }

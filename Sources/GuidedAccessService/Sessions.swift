@@ -24,6 +24,8 @@ extension GuidedAccessService {
             case .start:
                 do {
                     try await store.begin(Session(owner: caller, options: parameters, nowUsec: Self.nowUsec()))
+                    // Keys a session that did not start left were put back.
+                    journalSoonIfBehind()
                 } catch {
                     // A change of unknown outcome, or one that could not be
                     // undone at once: put back as soon as the drivers can.
@@ -105,9 +107,8 @@ extension GuidedAccessService {
         }
         if decision == .takeOver { await tookOver(by: caller) }
         guard features != before else { return }
+        // The audit record is the log line: it is in the service's journal.
         let changed = requested.sortedWireNames, now = features.sortedWireNames
-        logger.info(
-            "features \(enabled ? "on" : "off"): \(changed.joined(separator: ", ")); now \(now.joined(separator: ", "))")
         settings.audit.record(
             .featuresChanged, caller: caller.identity,
             "features \(changed.joined(separator: ", ")) turned \(enabled ? "on" : "off")",
@@ -197,6 +198,7 @@ extension GuidedAccessService {
         deadlineTask = nil
         journalRefresh?.cancel()
         journalRefresh = nil
+        journalRefreshDue = nil
         let watch = ownerWatch
         ownerWatch = nil
         inhibitor.release()
@@ -225,24 +227,30 @@ extension GuidedAccessService {
     /// `journalRefreshDelay` — off every call's path, and once for a burst
     /// of calls. Any journal write in between makes it unnecessary.
     func journalSoonIfBehind() {
-        journalRefresh?.cancel()
-        journalRefresh = nil
         guard store.journalBehind else { return }
-        let loop = connection.loop
-        journalRefresh = Task(executorPreference: loop) { [self] in
+        journalRefreshDue = ContinuousClock.now + Self.journalRefreshDelay
+        // One waiting task for a burst of calls: each call moves the time
+        // it is due, and it waits again until then.
+        guard journalRefresh == nil else { return }
+        journalRefresh = Task(executorPreference: connection.loop) { [self] in await refreshJournalWhenDue() }
+    }
+
+    private func refreshJournalWhenDue() async {
+        while let due = journalRefreshDue, due > ContinuousClock.now {
             do {
-                try await loop.sleep(for: Self.journalRefreshDelay)
+                try await connection.loop.sleep(for: due - ContinuousClock.now)
             } catch {
-                return  // cancelled: a later write or a later turn-off takes over
+                return  // cancelled: the session ended
             }
-            await refreshJournal()
         }
+        refreshJournal()
     }
 
     static let journalRefreshDelay: Duration = .milliseconds(250)
 
     private func refreshJournal() {
         journalRefresh = nil
+        journalRefreshDue = nil
         do {
             try store.refreshJournal()
         } catch {

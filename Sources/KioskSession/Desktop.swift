@@ -175,6 +175,31 @@ extension Desktop {
     }
 }
 
+extension Desktop {
+    /// What this desktop delivers through the keys; for every other
+    /// feature, that it does not act on it (a program may).
+    func keyCapabilities(_ facts: DesktopFacts, installation: ProgramInstallation) -> [Feature: FeatureCapability] {
+        let realisation = realisation(facts)
+        var capabilities: [Feature: FeatureCapability] = [:]
+        for feature in Feature.allCases {
+            if let reach = realisation.byKeys[feature] {
+                // The session starts the screen reader; it needs something to speak with all the same.
+                if feature == .screenReader,
+                    let missing = ProgramKind.screenReader.unavailableReason(
+                        installed: installation, x11Display: nil, waylandDisplay: nil, needsDisplay: false)
+                {
+                    capabilities[feature] = .unavailable(missing)
+                } else {
+                    capabilities[feature] = .delivers(reach)
+                }
+            } else {
+                capabilities[feature] = .notActing(realisation.notActing(feature, on: self))
+            }
+        }
+        return capabilities
+    }
+}
+
 /// What else decides what a desktop delivers.
 struct DesktopFacts: Hashable, Sendable {
     /// Something in the session starts Orca from `screen-reader-enabled`
@@ -216,5 +241,40 @@ extension Desktop {
     /// The desktop a checked `[Service] Desktop=` names; nil: detect it.
     package static func configured(_ value: String?) -> Desktop? {
         value.flatMap { $0 == "auto" ? nil : Desktop(rawValue: $0) }
+    }
+}
+
+/// A driver that says what the kiosk's desktop does with the keys the
+/// settings driver writes: the desktop does it, so there is nothing to
+/// apply, to record or to take up after a restart. Both modes find the
+/// desktop their own way (`SessionDesktopDriver`, `SeatDesktopDriver`).
+protocol DesktopDriver: FeatureDriver {}
+
+extension DesktopDriver {
+    package nonisolated(nonsending) func apply(_ target: DriverTarget) async throws(DriverFailure) -> Bool { false }
+    package var record: JSON? { nil }
+    package nonisolated(nonsending) func recover(_ record: JSON?, target: DriverTarget?, endsNow: Bool) async -> [DriverNote] {
+        []
+    }
+}
+
+/// Detection that runs one at a time: what asks for it while it runs makes
+/// one more run once it is done, however many asked (a burst of socket
+/// events, names coming and going).
+final class OneAtATime {
+    private var running = false
+    private var again = false
+
+    func run(_ body: () async -> Void) async {
+        guard !running else {
+            again = true
+            return
+        }
+        running = true
+        repeat {
+            again = false
+            await body()
+        } while again
+        running = false
     }
 }

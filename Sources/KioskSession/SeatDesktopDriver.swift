@@ -13,7 +13,7 @@ import Logging
 /// reader counts only where that session starts one from its key: a GNOME
 /// session (the display manager starts it through gnome-session, which
 /// starts Orca from `screen-reader-enabled`).
-public final class SeatDesktopDriver: FeatureDriver, @unchecked Sendable {
+public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
     public let name = "desktop"
     let configured: Desktop?
     /// The system bus, where logind is.
@@ -26,8 +26,7 @@ public final class SeatDesktopDriver: FeatureDriver, @unchecked Sendable {
     package var desktopPart: DesktopPart? { .desktop(desktop.rawValue) }
     private var events: (@Sendable (DriverEvent) -> Void)?
     private var watches: [SubscriptionToken] = []
-    private var detecting = false
-    private var again = false
+    private let detection = OneAtATime()
 
     static let login1 = "org.freedesktop.login1"
     static let seatPath: ObjectPath = "/org/freedesktop/login1/seat/seat0"
@@ -66,23 +65,10 @@ public final class SeatDesktopDriver: FeatureDriver, @unchecked Sendable {
         await detect(initial: true)
     }
 
-    package nonisolated(nonsending) func apply(_ target: DriverTarget) async throws(DriverFailure) -> Bool { false }
-    package var record: JSON? { nil }
-    package nonisolated(nonsending) func recover(_ record: JSON?, target: DriverTarget?, endsNow: Bool) async -> [DriverNote] { [] }
-
     // MARK: Detection
 
     private func redetect() async {
-        guard !detecting else {
-            again = true
-            return
-        }
-        detecting = true
-        repeat {
-            again = false
-            await detect(initial: false)
-        } while again
-        detecting = false
+        await detection.run { await detect(initial: false) }
     }
 
     private func detect(initial: Bool) async {
@@ -110,12 +96,12 @@ public final class SeatDesktopDriver: FeatureDriver, @unchecked Sendable {
     static func capabilities(
         of desktop: Desktop, gnomeSession: Bool, seatSession: SeatSession?
     ) -> [Feature: FeatureCapability] {
-        let realisation = desktop.realisation(DesktopFacts(sessionStartsScreenReader: gnomeSession))
-        var capabilities: [Feature: FeatureCapability] = [:]
-        for feature in Feature.allCases {
-            if let reach = realisation.byKeys[feature] {
-                capabilities[feature] = .delivers(reach)
-            } else if feature == .screenReader {
+        let facts = DesktopFacts(sessionStartsScreenReader: gnomeSession)
+        let realisation = desktop.realisation(facts)
+        // The kiosk's programs are installed where the service is.
+        var capabilities = desktop.keyCapabilities(facts, installation: SessionProbe(environment: [:]).installation)
+        for feature in Feature.allCases where realisation.byKeys[feature] == nil {
+            if feature == .screenReader {
                 let here =
                     seatSession == nil
                     ? "logind reports no graphical session on seat0"
@@ -134,8 +120,6 @@ public final class SeatDesktopDriver: FeatureDriver, @unchecked Sendable {
                 capabilities[feature] = .notActing(
                     "the desktop 'none' does not act on it"
                         + (seatSession == nil ? " (logind reports no graphical session on seat0; [Service] Desktop= names the desktop)" : ""))
-            } else {
-                capabilities[feature] = .notActing(realisation.notActing(feature, on: desktop))
             }
         }
         return capabilities

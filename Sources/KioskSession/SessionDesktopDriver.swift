@@ -13,7 +13,7 @@ import Logging
 /// Detection (`Desktop.detect`) is followed live: a shell's name appearing
 /// or leaving the session bus, a Wayland or X socket appearing or going.
 /// One detection runs at a time; events meanwhile make one more.
-public final class SessionDesktopDriver: FeatureDriver, @unchecked Sendable {
+public final class SessionDesktopDriver: DesktopDriver, @unchecked Sendable {
     public let name = "desktop"
     /// `[Service] Desktop=`; nil: detected.
     let configured: Desktop?
@@ -32,8 +32,7 @@ public final class SessionDesktopDriver: FeatureDriver, @unchecked Sendable {
     private var followers: [() -> Void] = []
     private var watches: [SubscriptionToken] = []
     private var socketWatch: DisplaySocketWatch?
-    private var detecting = false
-    private var again = false
+    private let detection = OneAtATime()
     /// The last executable looked at for GNOME Kiosk's magnifier, and the answer.
     private var magnifierChecked: (FileIdentity, Bool)?
 
@@ -71,23 +70,10 @@ public final class SessionDesktopDriver: FeatureDriver, @unchecked Sendable {
         followers.append(follower)
     }
 
-    package nonisolated(nonsending) func apply(_ target: DriverTarget) async throws(DriverFailure) -> Bool { false }
-    package var record: JSON? { nil }
-    package nonisolated(nonsending) func recover(_ record: JSON?, target: DriverTarget?, endsNow: Bool) async -> [DriverNote] { [] }
-
     // MARK: Detection
 
     private func redetect() async {
-        guard !detecting else {
-            again = true
-            return
-        }
-        detecting = true
-        repeat {
-            again = false
-            await detect(initial: false)
-        } while again
-        detecting = false
+        await detection.run { await detect(initial: false) }
     }
 
     private func detect(initial: Bool) async {
@@ -105,38 +91,13 @@ public final class SessionDesktopDriver: FeatureDriver, @unchecked Sendable {
         desktop = detected
         self.display = display
         self.facts = facts
-        capabilities = Self.capabilities(of: detected, facts, installation: probe.installation)
+        capabilities = detected.keyCapabilities(facts, installation: probe.installation)
         let reader = desktop.realisation(facts).byKeys[.screenReader] != nil
             ? "started by the session from its key" : "started by the service"
         logger.info("desktop: \(initial ? "" : "now ")\(desktop) (\(source); \(display)); screen reader \(reader)")
         guard !initial else { return }
         for follower in followers { follower() }
         events?(.changed)
-    }
-
-    /// What the desktop delivers through the keys; for every other feature,
-    /// that it does not act on it (a program may).
-    static func capabilities(
-        of desktop: Desktop, _ facts: DesktopFacts, installation: ProgramInstallation
-    ) -> [Feature: FeatureCapability] {
-        let realisation = desktop.realisation(facts)
-        var capabilities: [Feature: FeatureCapability] = [:]
-        for feature in Feature.allCases {
-            if let reach = realisation.byKeys[feature] {
-                // The session starts the screen reader; it needs something to speak with all the same.
-                if feature == .screenReader,
-                    let missing = ProgramKind.screenReader.unavailableReason(
-                        installed: installation, x11Display: nil, waylandDisplay: nil, needsDisplay: false)
-                {
-                    capabilities[feature] = .unavailable(missing)
-                } else {
-                    capabilities[feature] = .delivers(reach)
-                }
-            } else {
-                capabilities[feature] = .notActing(realisation.notActing(feature, on: desktop))
-            }
-        }
-        return capabilities
     }
 
     /// Whether the running GNOME Kiosk follows the magnifier's keys (version

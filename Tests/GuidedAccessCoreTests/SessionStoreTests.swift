@@ -54,6 +54,13 @@ import Testing
         try await store.exclusively { try await store.end() }
     }
 
+    /// Taking up a journal, in a turn as the service does.
+    func recover(
+        _ store: SessionStore, _ state: JournalState?, ownerConnected: @escaping (String) -> Bool, nowUsec: UInt64
+    ) async -> SessionStore.Recovery {
+        try! await store.exclusively { await store.recover(state, ownerConnected: ownerConnected, nowUsec: nowUsec) }
+    }
+
     /// A second driver: it delivers `delivers` and fails its next apply when told.
     final class TestDriver: FeatureDriver {
         let name: String
@@ -61,6 +68,8 @@ import Testing
         var desktopPart: DesktopPart? { nil }
         var applied: [DriverTarget] = []
         var failNext = false
+        /// Its applies (counted from 0) that fail.
+        var failing: Set<Int> = []
         /// What it runs, as its record: the features applied last.
         var running: Set<Feature> = []
 
@@ -72,9 +81,9 @@ import Testing
         nonisolated(nonsending) func start(_ events: @escaping @Sendable (DriverEvent) -> Void) async {}
         nonisolated(nonsending) func apply(_ target: DriverTarget) async throws(DriverFailure) -> Bool {
             applied.append(target)
-            if failNext {
+            if failNext || failing.contains(applied.count - 1) {
                 failNext = false
-                throw DriverFailure(.failed, "test: injected failure")
+                throw DriverFailure(.failed, "\(name): injected failure")
             }
             let grew = !target.features.isSubset(of: running)
             running = target.features
@@ -172,10 +181,43 @@ import Testing
         try await begin(store, Self.session([.screenReader, .zoom]))
         #expect(first.running == [.screenReader, .zoom] && second.running == [.screenReader, .zoom])
         #expect(backend.values[.screenReaderEnabled] == .bool(true))
-        // A record that grew is journaled at once, beside the settings'.
+        // A record that grew is journaled at once, beside the settings' —
+        // with the session as it now is, not as it was before.
         #expect(try journal.load()?.drivers["first"] == .array([.string("screen-reader"), .string("zoom")]))
+        #expect(try journal.load()?.session == store.session)
+        try await setFeatures(store, [.zoom, .screenReader, .highContrast])
+        #expect(try journal.load()?.drivers["first"] == .array([.string("high-contrast"), .string("screen-reader"), .string("zoom")]))
+        #expect(try journal.load()?.session?.features == [.zoom, .screenReader, .highContrast])
         try await setFeatures(store, [.zoom])
         #expect(first.running == [.zoom] && second.applied.last?.features == [.zoom])
+    }
+
+    @Test func applyingTheSessionAgainJournalsWhatADriverStarted() async throws {
+        let program = TestDriver(delivers: [.screenReader])
+        let store = store(MemorySettingsBackend(), then: [program])
+        try await begin(store, Self.session([.screenReader]))
+        program.running = []  // it gave up, say; applied again, it starts again
+        let problems = try await store.exclusively { await store.reapply() }
+        #expect(problems.isEmpty)
+        #expect(program.running == [.screenReader])
+        #expect(try journal.load()?.drivers["test"] == .array([.string("screen-reader")]))
+        #expect(try journal.load()?.session == store.session)
+    }
+
+    @Test func aFailedUndoIsInTheErrorAndTheJournalKeepsWhatWasDone() async throws {
+        let first = TestDriver(name: "first", delivers: [.zoom]), second = TestDriver(name: "second", delivers: [.screenReader])
+        let store = store(MemorySettingsBackend(), then: [first, second])
+        try await begin(store, Self.session([.highContrast]))
+        // The second fails the change; the first cannot undo it.
+        first.failing = [2]
+        second.failNext = true
+        await #expect(throws: GuidedAccessError.backendFailed("second: injected failure; undoing it: first: injected failure")) {
+            try await setFeatures(store, [.highContrast, .zoom])
+        }
+        #expect(store.session?.features == [.highContrast])
+        // What the first still runs is journaled, for a restart to undo.
+        #expect(first.running == [.highContrast, .zoom])
+        #expect(try journal.load()?.drivers["first"] == .array([.string("high-contrast"), .string("zoom")]))
     }
 
     @Test func aDriverThatFailsUndoesTheWholeChangeAndTheSessionDoesNotStart() async throws {
@@ -323,7 +365,7 @@ import Testing
         let backend = MemorySettingsBackend(values: [.textScalingFactor: .double(1.5)])
         try journal.record(JournalState(session: nil, restrictions: [], drivers: Self.settingsRecord([.textScalingFactor: .unset])))
         let store = store(backend)
-        let recovery = await store.recover(try #require(try journal.load()), ownerConnected: { _ in false }, nowUsec: 1)
+        let recovery = await recover(store, try #require(try journal.load()), ownerConnected: { _ in false }, nowUsec: 1)
         #expect(recovery.notes.isEmpty)
         #expect(backend.values.isEmpty && !store.hasLeftovers && store.session == nil)
         #expect(try journal.load()?.drivers.isEmpty == true)
@@ -333,7 +375,7 @@ import Testing
         let backend = MemorySettingsBackend(values: [.textScalingFactor: .double(1.5)])
         let store = store(backend)
         backend.failNextApply()
-        let recovery = await store.recover(
+        let recovery = await recover(store, 
             JournalState(session: nil, restrictions: [], drivers: Self.settingsRecord([.textScalingFactor: .unset])),
             ownerConnected: { _ in false }, nowUsec: 1)
         #expect(recovery.notes.map(\.level) == [.error])
@@ -372,38 +414,8 @@ import Testing
         try store.commit(same)
     }
 
-    /// The memory backend, but a write can be held until the test lets it go.
-    final class HeldBackend: SettingsBackend {
-        let inner = MemorySettingsBackend()
-        var holdNext = false
-        var held: CheckedContinuation<Void, Never>?
-        var name: String { inner.name }
-        var realisesEveryFeature: Bool { true }
-        func availability(of key: SettingKey, for value: SettingValue) -> SettingAvailability {
-            inner.availability(of: key, for: value)
-        }
-        func check(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) -> CheckedChange {
-            try inner.check(changes)
-        }
-        func userValue(of key: SettingKey) throws(SettingsBackendError) -> SettingValue? { try inner.userValue(of: key) }
-        nonisolated(nonsending) func apply(_ change: CheckedChange) async throws(SettingsBackendError) {
-            if holdNext {
-                holdNext = false
-                await withCheckedContinuation { held = $0 }
-            }
-            try await inner.apply(change)
-        }
-        /// Waits until a write is held, then lets it go after `meanwhile`.
-        nonisolated(nonsending) func release(after meanwhile: () throws -> Void) async rethrows {
-            while held == nil { await Task.yield() }
-            try meanwhile()
-            held!.resume()
-            held = nil
-        }
-    }
-
     @MainActor @Test func whatHappensWhileAWriteIsOutIsKeptAndJournaledWithIt() async throws {
-        let backend = HeldBackend()
+        let backend = TestBackend(realisesEveryFeature: true)
         let store = SessionStore(journal: journal, drivers: [SettingsDriver(backend: backend)])
         try await store.exclusively { try await store.begin(Self.session([.zoom])) }
         backend.holdNext = true
@@ -422,7 +434,7 @@ import Testing
     }
 
     @MainActor @Test func changesTakeTurnsInTheOrderTheyCame() async throws {
-        let backend = HeldBackend()
+        let backend = TestBackend(realisesEveryFeature: true)
         let store = SessionStore(journal: journal, drivers: [SettingsDriver(backend: backend)])
         try await store.exclusively { try await store.begin(Self.session([.zoom])) }
         backend.holdNext = true
@@ -501,7 +513,7 @@ import Testing
         let store = store(backend)
         let state = try journaled(
             Self.session([.invertColors], deadlineUsec: 10), snapshot: [.invertLightness: .unset, .screenMagnifierEnabled: .unset])
-        let recovery = await store.recover(state, ownerConnected: { _ in false }, nowUsec: 11)
+        let recovery = await recover(store, state, ownerConnected: { _ in false }, nowUsec: 11)
         #expect(recovery.expired && recovery.endsNow && recovery.ownerDropped && !recovery.unfinishedEnd)
         #expect(recovery.session?.owner == nil)
         #expect(backend.appliedCount == 0, "a session about to end is not written to")
@@ -513,7 +525,7 @@ import Testing
         var session = Self.session([.invertColors])
         session.isEnding = true
         let store = store(MemorySettingsBackend())
-        let recovery = await store.recover(
+        let recovery = await recover(store, 
             try journaled(session, snapshot: [.invertLightness: .unset]), ownerConnected: { _ in true }, nowUsec: 1)
         #expect(recovery.unfinishedEnd && recovery.endsNow && !recovery.expired)
     }
@@ -522,7 +534,7 @@ import Testing
         let backend = MemorySettingsBackend(values: [.magFactor: .double(2.0)])
         let state = try journaled(Self.session([.highContrast]), snapshot: [.highContrast: .unset, .magFactor: .set(.double(4.0))])
         let store = store(backend)
-        let recovery = await store.recover(state, ownerConnected: { _ in false }, nowUsec: 1)
+        let recovery = await recover(store, state, ownerConnected: { _ in false }, nowUsec: 1)
         #expect(recovery.journalProblem == nil)
         #expect(recovery.notes.map(\.level) == [.notice])
         #expect(backend.values == [.magFactor: .double(4.0), .highContrast: .bool(true)])
@@ -537,7 +549,7 @@ import Testing
         let backend = MemorySettingsBackend(values: [.magFactor: .double(2.0)])
         let store = store(backend)
         backend.failNextApply()
-        let recovery = await store.recover(
+        let recovery = await recover(store, 
             try journaled(Self.session([]), snapshot: [.magFactor: .set(.double(4.0))]), ownerConnected: { _ in true }, nowUsec: 1)
         #expect(recovery.notes == [DriverNote(.error, "cannot put org.gnome.desktop.a11y.magnifier mag-factor in line with the journal: injected failure")])
         #expect(Self.settings(store).snapshot == [.magFactor: .set(.double(4.0))])
@@ -550,13 +562,13 @@ import Testing
         let store = store(MemorySettingsBackend(), then: [program])
         let state = JournalState(
             session: Self.session([.screenReader]), restrictions: [], drivers: ["test": .array([.string("screen-reader")])])
-        _ = await store.recover(state, ownerConnected: { _ in true }, nowUsec: 1)
+        _ = await recover(store, state, ownerConnected: { _ in true }, nowUsec: 1)
         #expect(program.running == [.screenReader])
     }
 
     @Test func aRecordOfADriverThisConfigurationDoesNotRunIsReportedAndDropped() async throws {
         let store = store(MemorySettingsBackend())
-        let recovery = await store.recover(
+        let recovery = await recover(store, 
             JournalState(session: nil, restrictions: [], drivers: ["browser": .object([])]), ownerConnected: { _ in true },
             nowUsec: 1)
         #expect(recovery.notes.count == 1 && recovery.notes[0].text.contains("'browser'"))
@@ -565,7 +577,7 @@ import Testing
 
     @Test func withoutASessionTheRestrictionsComeBackAllowed() async throws {
         let store = store(MemorySettingsBackend())
-        let recovery = await store.recover(
+        let recovery = await recover(store, 
             JournalState(session: nil, restrictions: [Restriction(identifier: "a", text: "A", detail: "")]),
             ownerConnected: { _ in true }, nowUsec: 1)
         #expect(recovery.session == nil && recovery.notes.isEmpty)

@@ -12,25 +12,8 @@ import Testing
         DriverTarget(features: features, zoomFactor: 4.0, textScale: 1.5)
     }
 
-    /// A real backend for its capabilities (the memory backend delivers everything).
-    final class Backend: SettingsBackend {
-        let memory: MemorySettingsBackend
-        init(_ memory: MemorySettingsBackend) { self.memory = memory }
-        var name: String { "test" }
-        func availability(of key: SettingKey, for value: SettingValue) -> SettingAvailability {
-            memory.availability(of: key, for: value)
-        }
-        func check(_ changes: [SettingKey: SettingValue?]) throws(SettingsBackendError) -> CheckedChange {
-            try memory.check(changes)
-        }
-        func userValue(of key: SettingKey) throws(SettingsBackendError) -> SettingValue? { try memory.userValue(of: key) }
-        nonisolated(nonsending) func apply(_ change: CheckedChange) async throws(SettingsBackendError) {
-            try await memory.apply(change)
-        }
-    }
-
     @Test func aMissingOptionalKeyLeavesTheFeatureSupported() {
-        let driver = SettingsDriver(backend: Backend(MemorySettingsBackend(knownKeys: MemorySettingsBackend.gnome43Keys)))
+        let driver = SettingsDriver(backend: TestBackend(MemorySettingsBackend(knownKeys: MemorySettingsBackend.gnome43Keys)))
         #expect(driver.capabilities.isEmpty)
         #expect(driver.keyMap.missingOptionalKeys == [.reducedMotion])
     }
@@ -38,7 +21,7 @@ import Testing
     @Test func aMissingRequiredKeyMakesTheFeatureImpossibleNamingTheKey() {
         var keys = MemorySettingsBackend.gnome43Keys
         keys[.colorSaturation] = nil
-        let driver = SettingsDriver(backend: Backend(MemorySettingsBackend(knownKeys: keys)))
+        let driver = SettingsDriver(backend: TestBackend(MemorySettingsBackend(knownKeys: keys)))
         #expect(driver.capabilities == [
             .grayscale: .impossible("this system's settings (test backend) lack org.gnome.desktop.a11y.magnifier color-saturation")
         ])
@@ -47,7 +30,7 @@ import Testing
     @Test func aKeyOfAnotherTypeMakesTheFeatureImpossible() {
         var keys = MemorySettingsBackend.gnome43Keys
         keys[.screenReaderEnabled] = .double(0...1)
-        let driver = SettingsDriver(backend: Backend(MemorySettingsBackend(knownKeys: keys)))
+        let driver = SettingsDriver(backend: TestBackend(MemorySettingsBackend(knownKeys: keys)))
         guard case .impossible? = driver.capabilities[.screenReader] else {
             Issue.record("\(driver.capabilities)")
             return
