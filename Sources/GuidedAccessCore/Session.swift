@@ -106,10 +106,6 @@ public struct Session: Hashable, Sendable {
         self.deadlineUsec = deadlineUsec
     }
 
-    public var keyMapOptions: FeatureKeyMap.Options {
-        FeatureKeyMap.Options(zoomFactor: zoomFactor, textScale: textScale)
-    }
-
     /// What the drivers are to make real for it.
     package var target: DriverTarget {
         DriverTarget(features: features, zoomFactor: zoomFactor, textScale: textScale)

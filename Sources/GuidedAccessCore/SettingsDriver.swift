@@ -145,7 +145,7 @@ package final class SettingsDriver: FeatureDriver {
 
     package var record: JSON? {
         if let cachedRecord { return cachedRecord }
-        let record: JSON? = snapshot.isEmpty ? nil : .object([("snapshot", .array(Self.entries(snapshot).map { $0.json() }))])
+        let record: JSON? = snapshot.isEmpty ? nil : .object([("snapshot", .array(JournalRecord.entries(snapshot).map { $0.json() }))])
         cachedRecord = .some(record)
         return record
     }
@@ -163,10 +163,6 @@ package final class SettingsDriver: FeatureDriver {
         } catch {
             throw DriverRecordError(error.reason)
         }
-    }
-
-    static func entries(_ snapshot: [SettingKey: StoredValue]) -> [JournalRecord.SnapshotEntry] {
-        JournalRecord.entries(snapshot)
     }
 
     /// A record holding `snapshot`, as a journal of version 1 kept it.
