@@ -93,10 +93,12 @@ install: $(GUIDEDACCESSD)
 	    $(DESTDIR)$(DBUSSYSTEMCONFDIR) $(DESTDIR)$(POLKITACTIONDIR) $(DESTDIR)$(DOCDIR)/examples
 	$(SUBST) systemd/guidedaccessd.service > $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/guidedaccessd.service
 	$(SUBST) systemd/guidedaccessd-user.service > $(DESTDIR)$(SYSTEMDUSERUNITDIR)/guidedaccessd-user.service
+	$(SUBST) systemd/guidedaccess-agent.service > $(DESTDIR)$(SYSTEMDUSERUNITDIR)/guidedaccess-agent.service
 	$(SUBST) systemd/org.guidedaccess.GuidedAccess1.service > $(DESTDIR)$(DBUSSYSTEMSERVICEDIR)/org.guidedaccess.GuidedAccess1.service
 	$(SUBST) systemd/org.guidedaccess.GuidedAccess1.session.service > $(DESTDIR)$(DBUSSESSIONSERVICEDIR)/org.guidedaccess.GuidedAccess1.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/guidedaccessd.service \
 	    $(DESTDIR)$(SYSTEMDUSERUNITDIR)/guidedaccessd-user.service \
+	    $(DESTDIR)$(SYSTEMDUSERUNITDIR)/guidedaccess-agent.service \
 	    $(DESTDIR)$(DBUSSYSTEMSERVICEDIR)/org.guidedaccess.GuidedAccess1.service \
 	    $(DESTDIR)$(DBUSSESSIONSERVICEDIR)/org.guidedaccess.GuidedAccess1.service
 	install -m 0644 systemd/org.guidedaccess.GuidedAccess1.conf $(DESTDIR)$(DBUSSYSTEMCONFDIR)/

@@ -97,12 +97,22 @@ let package = Package(
                 "DBus", "GuidedAccessAPI", "GuidedAccessWire", "GuidedAccessCore", "CProcess",
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        // The session agent (1.2): the program's side (`guidedaccessd
+        // --agent`: Agent1 over the session's drivers) and the system
+        // service's (the driver that admits agents and sends them the session).
+        .target(
+            name: "SessionAgent",
+            dependencies: [
+                "DBus", "GuidedAccessAPI", "GuidedAccessWire", "GuidedAccessCore",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
         // Builds the driver list (settings backend, desktop, programs,
         // browser pages) for the mode and the configuration, and runs the service.
         .executableTarget(
             name: "guidedaccessd",
             dependencies: [
-                "GuidedAccessService", "GSettingsBackend", "DconfBackend", "KioskSession", "BrowserLayer", "KeyFile", "DBus",
+                "GuidedAccessService", "SessionAgent", "GSettingsBackend", "DconfBackend", "KioskSession", "BrowserLayer",
+                "KeyFile", "DBus",
                 "GuidedAccessCore", "CLinux", .product(name: "Logging", package: "swift-log"),
             ]),
 

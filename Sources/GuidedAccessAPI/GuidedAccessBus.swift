@@ -23,6 +23,8 @@ public enum GuidedAccessMethod: String, CaseIterable, Sendable {
     case setRestrictionState = "SetRestrictionState"
     case getRestrictionState = "GetRestrictionState"
     case listRestrictions = "ListRestrictions"
+    /// (1.2) A session agent registers (system mode).
+    case registerAgent = "RegisterAgent"
 }
 
 /// The properties of `org.guidedaccess.GuidedAccess1`.
@@ -35,6 +37,8 @@ public enum GuidedAccessProperty: String, CaseIterable, Sendable {
     case desktop = "Desktop"
     case backend = "Backend"
     case version = "Version"
+    /// (1.2) The session agent's user name; "" when none is registered.
+    case agent = "Agent"
 }
 
 /// The signals of `org.guidedaccess.GuidedAccess1`.
@@ -89,4 +93,47 @@ public enum SessionLimits {
     public static let maxTimeLimitSec: UInt64 = 2_678_400
     public static let zoomFactor: ClosedRange<Double> = 1.0...32.0
     public static let textScale: ClosedRange<Double> = 1.0...3.0
+}
+
+/// (1.2) The session agent: `guidedaccessd --agent`, run as the kiosk user
+/// in its graphical session, does there what the system service cannot
+/// (runs Orca and the on-screen keyboard, drives the kiosk browser's
+/// pages). It exports `interface` at `path` on its system-bus connection
+/// and registers with `GuidedAccessMethod.registerAgent`.
+public enum AgentBus {
+    public static let interface = "org.guidedaccess.Agent1"
+    public static let path = "/org/guidedaccess/Agent"
+    /// The error an agent's `Apply` fails with, naming the feature and why.
+    public static let failedError = "org.guidedaccess.Agent1.Error.Failed"
+    /// Owned on the kiosk user's session bus by whichever acts in that
+    /// session — the user-mode service or the agent — so that the two
+    /// never both do.
+    public static let sessionName = "org.guidedaccess.SessionAgent"
+    /// `Apply`'s parameters (`a{sv}`), each a double.
+    public static let zoomFactorParameter = "zoom-factor"
+    public static let textScaleParameter = "text-scale"
+    /// How long the service waits for `Apply` before it fails the call.
+    public static let applyTimeoutSeconds = 5
+    /// The exit status of a user-mode service or an agent that refuses to
+    /// start because the other acts in its session (EX_CONFIG: the
+    /// administrator enabled both); the units do not restart on it.
+    public static let refusedExitStatus: Int32 = 78
+}
+
+/// (1.2) The members of `org.guidedaccess.Agent1`.
+public enum AgentMethod: String, CaseIterable, Sendable {
+    /// `(as features, a{sv} parameters) → ()`.
+    case apply = "Apply"
+    /// `() → ()`: stop everything; no longer the agent.
+    case release = "Release"
+}
+
+/// (1.2) The properties of `org.guidedaccess.Agent1`.
+public enum AgentProperty: String, CaseIterable, Sendable {
+    /// `as`: what the agent can deliver in its session now.
+    case supportedFeatures = "SupportedFeatures"
+    /// `s`: the desktop it detected there.
+    case desktop = "Desktop"
+    /// `a{ss}`: for each feature it cannot deliver, why.
+    case unsupportedReasons = "UnsupportedReasons"
 }

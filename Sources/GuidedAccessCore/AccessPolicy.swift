@@ -35,6 +35,9 @@ public struct AccessPolicy: Hashable, Sendable {
     private let operatorsConfigured: Bool
     private let operatorUIDs: Set<UInt32>
     private let operatorGIDs: Set<UInt32>
+    /// (1.2) `[Agent] AllowUsers=` resolved; nil: not configured (logind's
+    /// seat0 user is admitted). Never holds root.
+    public let agentUIDs: Set<UInt32>?
 
     /// Resolves names now, so a misspelt user or group is a start-up error
     /// rather than a silent denial. Numeric entries are taken as ids.
@@ -68,6 +71,17 @@ public struct AccessPolicy: Hashable, Sendable {
         operatorsConfigured = operators != nil
         operatorUIDs = try resolve(operators?.allowUsers ?? [], group: "Operators", key: "AllowUsers", kind: "user", userID)
         operatorGIDs = try resolve(operators?.allowGroups ?? [], group: "Operators", key: "AllowGroups", kind: "group", groupID)
+        if let agents = configuration.agentAllowUsers {
+            let uids = try resolve(agents, group: "Agent", key: "AllowUsers", kind: "user", userID)
+            if uids.contains(0) {
+                throw ConfigurationError(
+                    file: file, group: "Agent", key: "AllowUsers", value: agents.joined(separator: ";"),
+                    reason: "root is never the session agent: name the kiosk user")
+            }
+            agentUIDs = uids
+        } else {
+            agentUIDs = nil
+        }
     }
 
     /// Whether the lists (and the mode's rules) make the caller a client. An

@@ -75,6 +75,10 @@ public struct ServiceConfiguration: Sendable {
     public var operators: OperatorLists?
     public var session: SessionDefaults
     public var dconf: Dconf
+    /// (1.2) `[Agent] AllowUsers=`: who may register as the session agent
+    /// (system mode); nil when not given: the user of logind's active
+    /// session on seat0.
+    public var agentAllowUsers: [String]?
     /// The keys driver modules own, and the values given for them.
     package let driverKeys: [DriverConfigurationKey]
     private var driverValues: [String: String] = [:]
@@ -158,6 +162,9 @@ public struct ServiceConfiguration: Sendable {
         Key(group: "Clients", key: "AllowUnits") { c, entry throws(ConfigurationError) in c.clients!.allowUnits = try entry.list() },
         Key(group: "Operators", key: "AllowUsers") { c, entry throws(ConfigurationError) in c.operators!.allowUsers = try entry.list() },
         Key(group: "Operators", key: "AllowGroups") { c, entry throws(ConfigurationError) in c.operators!.allowGroups = try entry.list() },
+        Key(group: "Agent", key: "AllowUsers") { c, entry throws(ConfigurationError) in
+            c.agentAllowUsers = try entry.list()
+        },
         Key(group: "Session", key: "TimeLimitSec") { c, entry throws(ConfigurationError) in
             c.session.timeLimitSec = try entry.unsigned(max: SessionLimits.maxTimeLimitSec)
         },

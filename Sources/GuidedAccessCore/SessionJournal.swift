@@ -56,9 +56,11 @@ public struct SessionJournal: Sendable {
     public var path: String { file.path }
     private let file: DurableFile.RecycledFile
 
-    public init(directory: String) {
+    /// `fileName`: the service's `journal.json`; the session agent keeps its
+    /// own beside it.
+    public init(directory: String, fileName: String = Self.fileName) {
         self.directory = directory
-        file = DurableFile.RecycledFile(directory + "/" + Self.fileName, directory: directory)
+        file = DurableFile.RecycledFile(directory + "/" + fileName, directory: directory)
     }
 
     /// More than 256 restrictions of the largest size, escaped, ever take.

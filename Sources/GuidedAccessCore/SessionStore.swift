@@ -38,10 +38,17 @@ public final class SessionStore {
     private var ahead: Session?
     private var journaled: [String: JSON] = [:]
     private let turns = Turns()
+    /// Whether the journal keeps the session and the restrictions, or only
+    /// the drivers' records (a session agent: the service keeps the session,
+    /// and sends it again at every registration).
+    private let journalsSessions: Bool
 
-    package init(journal: SessionJournal, drivers: [any FeatureDriver]) {
+    /// `journalsSessions` false: the journal keeps only the drivers' records,
+    /// and is written only when they change.
+    package init(journal: SessionJournal, drivers: [any FeatureDriver], journalsSessions: Bool = true) {
         self.journal = journal
         self.drivers = drivers
+        self.journalsSessions = journalsSessions
         updateSupport()
     }
 
@@ -59,6 +66,33 @@ public final class SessionStore {
         await turns.take()
         defer { turns.give() }
         return try await body()
+    }
+
+    // MARK: The drivers' events
+
+    /// Starts every driver, in order, then computes what they deliver.
+    /// `handler` gets each driver's events with its name, called as the
+    /// driver calls it (on the host's executor): it hands them to the host.
+    nonisolated(nonsending) package func startDrivers(_ handler: @escaping @Sendable (String, DriverEvent) -> Void) async {
+        for driver in drivers {
+            let name = driver.name
+            await driver.start { event in handler(name, event) }
+        }
+        updateSupport()
+    }
+
+    /// A driver's `.changed`: what is supported is computed again, and the
+    /// session's features are applied again — what a driver can do now
+    /// starts, what it no longer can stops — in a turn, so that a session
+    /// beginning meanwhile is applied with what its drivers can do then.
+    /// Returns whether support changed (the host announces it) and the
+    /// drivers' failures (for its log).
+    package func driversChanged(
+        isolation: isolated (any Actor)? = #isolation
+    ) async -> (supportChanged: Bool, problems: [String]) {
+        let changed = updateSupport()
+        let problems = (try? await exclusively { await reapply() }) ?? []
+        return (changed, problems)
     }
 
     // MARK: What is supported
@@ -292,8 +326,16 @@ public final class SessionStore {
 
     private func record(_ new: Session?) throws(GuidedAccessError) {
         let records = currentRecords()
+        if !journalsSessions, records == journaled {
+            journalBehind = false
+            return
+        }
+        let state =
+            journalsSessions
+            ? JournalState(session: new, restrictions: registry.restrictions, drivers: records)
+            : JournalState(session: nil, restrictions: [], drivers: records)
         do {
-            try journal.record(JournalState(session: new, restrictions: registry.restrictions, drivers: records))
+            try journal.record(state)
         } catch {
             throw .backendFailed("cannot record the session: \(error)")
         }
@@ -451,13 +493,16 @@ public final class SessionStore {
     }
 }
 
-/// Turns for `SessionStore.exclusively`, first come first served: a call
-/// that finds them taken waits, and the turn passes to it directly.
-private final class Turns {
-    private(set) var isTaken = false
+/// Turns, first come first served (`SessionStore.exclusively`, the calls
+/// to a session agent): a task that finds them taken waits, and the turn
+/// passes to it directly. Used on one executor.
+package final class Turns {
+    package private(set) var isTaken = false
     private var waiting: [CheckedContinuation<Void, Never>] = []
 
-    func take(isolation: isolated (any Actor)? = #isolation) async {
+    package init() {}
+
+    package func take(isolation: isolated (any Actor)? = #isolation) async {
         guard isTaken else {
             isTaken = true
             return
@@ -473,7 +518,7 @@ private final class Turns {
         }
     }
 
-    func give() {
+    package func give() {
         if waiting.isEmpty {
             isTaken = false
         } else {

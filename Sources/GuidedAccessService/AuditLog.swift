@@ -11,6 +11,9 @@ public enum AuditEvent: String, Sendable, CaseIterable {
     /// A program the service runs for a feature (the screen reader) exited
     /// too often; it stays off.
     case programGaveUp
+    /// (1.2) A session agent registered; one was refused; the registered
+    /// one was lost (it left the bus, or is no longer admitted).
+    case agentRegistered, agentRefused, agentLost
 
     public var messageID: String {
         switch self {
@@ -21,13 +24,17 @@ public enum AuditEvent: String, Sendable, CaseIterable {
         case .restrictionChanged: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a55"
         case .callDenied: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a56"
         case .programGaveUp: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a57"
+        case .agentRegistered: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a58"
+        case .agentRefused: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a59"
+        case .agentLost: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a5a"
         }
     }
 
-    /// syslog priority: a refusal is a warning, a program given up on an error.
+    /// syslog priority: a refusal or a lost agent is a warning, a program
+    /// given up on an error.
     var priority: Int {
         switch self {
-        case .callDenied: return 4
+        case .callDenied, .agentRefused, .agentLost: return 4
         case .programGaveUp: return 3
         default: return 5
         }

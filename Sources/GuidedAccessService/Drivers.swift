@@ -9,25 +9,17 @@ extension GuidedAccessService {
     /// Starts every driver, then computes what they deliver.
     func startDrivers() async {
         let loop = connection.loop
-        for driver in store.drivers {
-            let name = driver.name
-            await driver.start { [self] event in
-                Task(executorPreference: loop) { await self.driverEvent(name, event) }
-            }
+        await store.startDrivers { [self] name, event in
+            Task(executorPreference: loop) { await self.driverEvent(name, event) }
         }
-        store.updateSupport()
         logSupport()
     }
 
     private func driverEvent(_ driver: String, _ event: DriverEvent) async {
         switch event {
         case .changed:
-            let changed = store.updateSupport()
+            let (changed, problems) = await store.driversChanged()
             if changed { logSupport() }
-            // The session's features, applied again: what a driver can do
-            // now starts, what it no longer can stops. In a turn: a session
-            // beginning meanwhile is applied with what its drivers can do then.
-            let problems = (try? await store.exclusively { await store.reapply() }) ?? []
             for problem in problems { logger.error("after \(driver) changed, applying the session again: \(problem)") }
             if changed { await announce() }
         case .recordChanged:

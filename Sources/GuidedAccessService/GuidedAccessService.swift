@@ -73,15 +73,21 @@ public actor GuidedAccessService {
     var exported = false
     /// Whether a driver wants to hear of reads of `SupportedFeatures` and `Desktop`.
     let driversFollowReads: Bool
+    /// (1.2) Who may be the session agent and which one is (system mode);
+    /// nil in user mode, where the service is its own agent.
+    let agents: (any AgentRegistry)?
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
 
     /// `drivers`: how features reach the person at the kiosk, in the order
     /// the session transaction runs them (the settings keys first).
+    /// `agents`: in system mode, the registry of session agents (one of the
+    /// drivers).
     package init(
-        connection: Connection, drivers: sending [any FeatureDriver], journal: SessionJournal, settings: Settings,
-        logger: Logger
+        connection: Connection, drivers: sending [any FeatureDriver], agents: (any AgentRegistry)? = nil,
+        journal: SessionJournal, settings: Settings, logger: Logger
     ) {
+        self.agents = agents
         self.connection = connection
         self.settings = settings
         self.logger = logger
@@ -97,6 +103,7 @@ public actor GuidedAccessService {
     /// half-built service.
     public func start() async throws {
         await followConnectionAges()
+        followAgents()
         await startDrivers()
         try await recoverJournal()
         try await connection.export([interface()], at: GuidedAccessBus.objectPath)
@@ -220,6 +227,9 @@ public actor GuidedAccessService {
                 ) { _ in
                     try await on(service).restrictions
                 },
+                Method(GuidedAccessMethod.registerAgent.rawValue) { call in
+                    try await on(service).registerAgent(call)
+                },
             ],
             properties: [
                 Property(GuidedAccessProperty.sessionActive.rawValue, Bool.self) {
@@ -240,6 +250,9 @@ public actor GuidedAccessService {
                 Property(
                     GuidedAccessProperty.desktop.rawValue, String.self,
                     get: { await service?.desktop ?? "" }, onRead: service?.readLookout),
+                Property(GuidedAccessProperty.agent.rawValue, String.self) {
+                    await service?.agentUser ?? ""
+                },
                 Property(GuidedAccessProperty.backend.rawValue, String.self, changes: .constant) {
                     service?.settings.backendName ?? ""
                 },

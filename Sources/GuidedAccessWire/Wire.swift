@@ -10,6 +10,11 @@ extension GuidedAccessBus {
     public static let objectPath = ObjectPath(stringLiteral: path)
 }
 
+extension AgentBus {
+    /// `path` as an object path.
+    public static let objectPath = ObjectPath(stringLiteral: path)
+}
+
 extension GuidedAccessError: DBusErrorConvertible {
     /// Thrown from a handler, the error reaches the caller under its D-Bus name.
     public var dbusError: DBusError { DBusError(name: dbusErrorName, message: message) }

@@ -20,20 +20,27 @@ public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
 
     public var feature: Feature { self == .screenReader ? .screenReader : .onScreenKeyboard }
 
-    /// The transient unit of run `run` of the service with pid `pid`.
-    public func unitName(pid: Int32, run: Int) -> String {
-        "guidedaccess-\(feature.wireName)-\(pid)-\(run).service"
+    /// The transient unit of run `run` of the process with pid `pid`
+    /// running it for `owner`.
+    public func unitName(pid: Int32, run: Int, owner: ProgramOwner = .service) -> String {
+        "\(owner.unitPrefix)-\(feature.wireName)-\(pid)-\(run).service"
     }
 
-    /// Whether `name` is one of `unitName`'s: only those are ever adopted or
-    /// stopped, whatever a journal says.
-    public func isUnitName(_ name: String) -> Bool {
-        let prefix = "guidedaccess-\(feature.wireName)-", suffix = ".service"
+    /// Whether `name` is one of `unitName`'s for `owner`: only those are
+    /// ever adopted or stopped, whatever a journal says. The service's and
+    /// the agent's names never match each other's.
+    public func isUnitName(_ name: String, owner: ProgramOwner = .service) -> Bool {
+        let prefix = "\(owner.unitPrefix)-\(feature.wireName)-", suffix = ".service"
         guard name.hasPrefix(prefix), name.hasSuffix(suffix), name.count > prefix.count + suffix.count else {
             return false
         }
         let numbers = name.dropFirst(prefix.count).dropLast(suffix.count).split(separator: "-", omittingEmptySubsequences: false)
         return numbers.count == 2 && numbers.allSatisfy { !$0.isEmpty && $0.count <= 10 && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }
+    }
+
+    /// The glob of `unitName`'s names for `owner`.
+    public func unitPattern(owner: ProgramOwner) -> String {
+        "\(owner.unitPrefix)-\(feature.wireName)-*.service"
     }
 
     /// The program's name on PATH, and its arguments.
@@ -59,6 +66,18 @@ public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
         }
         return nil
     }
+}
+
+/// Who runs a session's programs: the user-mode service, or the session
+/// agent for the system service. Their units have names of their own, so
+/// that neither takes the other's for a stray.
+public enum ProgramOwner: Hashable, Sendable {
+    case service
+    case agent
+
+    /// `guidedaccess-screen-reader-…` (the service's, as before 1.2) or
+    /// `guidedaccess-agent-screen-reader-…`.
+    var unitPrefix: String { self == .service ? "guidedaccess" : "guidedaccess-agent" }
 }
 
 /// The programs installed, as `ProgramKind.unavailableReason` asks.

@@ -9,10 +9,16 @@ import Logging
 /// evidence of what the kiosk runs.
 ///
 /// What it delivers is what the locked keys deliver on that desktop. The
-/// system service runs no program in the kiosk user's session, so the screen
-/// reader counts only where that session starts one from its key: a GNOME
-/// session (the display manager starts it through gnome-session, which
-/// starts Orca from `screen-reader-enabled`).
+/// system service runs no program in the kiosk user's session; without a
+/// session agent the screen reader counts only where that session starts
+/// one from its key: a GNOME session (the display manager starts it through
+/// gnome-session, which starts Orca from `screen-reader-enabled`). While an
+/// agent is registered (`agentPresent`) it says nothing: the agent, which
+/// sees the session from inside, tells the desktop and what it delivers.
+///
+/// It also tells who the user of seat0's active session is (`activeUser`),
+/// by which the service admits an agent where `[Agent] AllowUsers=` names
+/// none.
 public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
     public let name = "desktop"
     let configured: Desktop?
@@ -22,8 +28,17 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
     public private(set) var desktop: Desktop = .none
     /// What logind says of seat0's active session; nil: no graphical one (or no logind).
     private var seatSession: SeatSession?
-    package private(set) var capabilities: [Feature: FeatureCapability] = [:]
-    package var desktopPart: DesktopPart? { .desktop(desktop.rawValue) }
+    /// What the locked keys deliver on `desktop`, without an agent.
+    private var ownCapabilities: [Feature: FeatureCapability] = [:]
+    package var capabilities: [Feature: FeatureCapability] { agentPresent ? [:] : ownCapabilities }
+    package var desktopPart: DesktopPart? { agentPresent ? nil : .desktop(desktop.rawValue) }
+    /// A session agent is registered and tells what it delivers: this
+    /// driver stands aside (the caller announces the change).
+    public var agentPresent = false
+    /// The uid of the user of seat0's active graphical session; nil: none.
+    public var activeUser: UInt32? { seatSession?.uid }
+    /// Called when seat0's active session changed, before the service hears of it.
+    private var followers: [() -> Void] = []
     private var events: (@Sendable (DriverEvent) -> Void)?
     private var watches: [SubscriptionToken] = []
     private let detection = OneAtATime()
@@ -34,6 +49,8 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
     struct SeatSession: Hashable, Sendable, CustomStringConvertible {
         var desktopName: String
         var type: String
+        /// Its user; nil when logind did not say.
+        var uid: UInt32?
         var description: String { "\(type) session '\(desktopName)'" }
     }
 
@@ -65,6 +82,11 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
         await detect(initial: true)
     }
 
+    /// `follower` is called whenever seat0's active session changes.
+    public func follow(_ follower: @escaping () -> Void) {
+        followers.append(follower)
+    }
+
     // MARK: Detection
 
     private func redetect() async {
@@ -82,13 +104,15 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
         desktop = detected
         self.seatSession = seatSession
         let gnomeSession = named?.gnomeSession == true && named?.desktop == detected
-        capabilities = Self.capabilities(of: detected, gnomeSession: gnomeSession, seatSession: seatSession)
+        ownCapabilities = Self.capabilities(of: detected, gnomeSession: gnomeSession, seatSession: seatSession)
         let source = configured != nil
             ? "[Service] Desktop=" : seatSession.map { "logind: seat0's session, \($0.desktopName)" } ?? "logind: no graphical session on seat0"
         logger.info(
             "desktop: \(initial ? "" : "now ")\(desktop) (\(source)); screen reader \(gnomeSession ? "started by the GNOME session from its key" : "started by nothing in the session")"
         )
-        if !initial { events?(.changed) }
+        guard !initial else { return }
+        for follower in followers { follower() }
+        events?(.changed)
     }
 
     /// What the locked keys deliver on `desktop`; for the features a program
@@ -108,14 +132,12 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
                     : desktop == .gnomeShell || desktop == .gnomeKiosk
                         ? "logind's session on seat0 (\(seatSession!.desktopName)) is not a GNOME session"
                         : "nothing on \(desktop) starts a screen reader from its key"
-                capabilities[feature] = .notActing(
-                    "\(here); in system mode the screen reader comes only from a GNOME session, whose gnome-session starts Orca from its key (in user mode the service runs Orca itself)"
+                capabilities[feature] = .unavailable(
+                    "\(noAgent); without one, the screen reader comes only from a GNOME session, whose gnome-session starts Orca from its key, and \(here)"
                 )
             } else if realisation.byProgram.contains(feature) {
-                capabilities[feature] = .notActing(
-                    realisation.notActing(feature, on: desktop)
-                        + ", and in system mode the service runs no program in the kiosk user's session (in user mode it runs an on-screen keyboard itself)"
-                )
+                capabilities[feature] = .unavailable(
+                    "\(noAgent), which runs one on \(desktop): the desktop has none of its own")
             } else if desktop == .none {
                 capabilities[feature] = .notActing(
                     "the desktop 'none' does not act on it"
@@ -124,6 +146,10 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
         }
         return capabilities
     }
+
+    /// Why a feature only a session agent could deliver is not supported
+    /// while none is registered (spec 1.2, section 1).
+    public static let noAgent = "no session agent is registered (guidedaccess-agent.service of the kiosk user)"
 
     /// seat0's active session's `Desktop` and `Type` when it is a graphical
     /// one, or nil (no logind, no active session, no answer within 2 s).
@@ -147,6 +173,13 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
         } else {
             desktopName = ""
         }
-        return SeatSession(desktopName: desktopName, type: type)
+        // User (uo): the uid and the user's object.
+        var uid: UInt32?
+        if case .structure(let user)? = await property(path, "org.freedesktop.login1.Session", "User"),
+            case .uint32(let id)? = user.first
+        {
+            uid = id
+        }
+        return SeatSession(desktopName: desktopName, type: type, uid: uid)
     }
 }

@@ -40,6 +40,8 @@ public final class SessionProgram: @unchecked Sendable {
     }
 
     public let kind: ProgramKind
+    /// Whose units it runs: their names say so.
+    private let owner: ProgramOwner
     private let loop: EventLoop
     /// The session bus, where a systemd user manager may run units.
     private let bus: Connection?
@@ -62,10 +64,11 @@ public final class SessionProgram: @unchecked Sendable {
     /// `bus`: the session bus, to run the program as a unit of the user's
     /// systemd manager when there is one there; nil: child processes.
     public init(
-        _ kind: ProgramKind, loop: EventLoop, bus: Connection?, logger: Logger,
+        _ kind: ProgramKind, owner: ProgramOwner = .service, loop: EventLoop, bus: Connection?, logger: Logger,
         gracePeriod: Duration = .milliseconds(500)
     ) {
         self.kind = kind
+        self.owner = owner
         self.loop = loop
         self.bus = bus
         self.logger = logger
@@ -127,8 +130,8 @@ public final class SessionProgram: @unchecked Sendable {
     /// (`kept`: the one it names, if any).
     public func stopUnknownUnits(keeping kept: ProgramRecord?) async {
         guard let bus else { return }
-        for unit in await TransientUnit.running(matching: "guidedaccess-\(name)-*.service", connection: bus)
-        where kind.isUnitName(unit) && kept != .unit(unit) && current?.record != .unit(unit) {
+        for unit in await TransientUnit.running(matching: kind.unitPattern(owner: owner), connection: bus)
+        where kind.isUnitName(unit, owner: owner) && kept != .unit(unit) && current?.record != .unit(unit) {
             guard let run = await find(.unit(unit)) else { continue }
             logger.notice("\(name): \(unit), which no journal names, is stopped")
             follow(run)
@@ -158,7 +161,7 @@ public final class SessionProgram: @unchecked Sendable {
             runs += 1
             run = .unit(
                 try await TransientUnit.start(
-                    name: kind.unitName(pid: getpid(), run: runs), argv: argv, environment: environment,
+                    name: kind.unitName(pid: getpid(), run: runs, owner: owner), argv: argv, environment: environment,
                     grace: gracePeriod, connection: bus, logger: logger))
         } else {
             run = .process(try WatchedProcess(spawning: argv, environment: environment, loop: loop))

@@ -17,6 +17,7 @@ import Logging
 public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
     public let name = "session-programs"
     private let desktop: SessionDesktopDriver
+    private let owner: ProgramOwner
     private let programs: [Feature: SessionProgram]
     private let logger: Logger
     /// The runs of the session's programs, by feature.
@@ -29,13 +30,17 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
     private var events: (@Sendable (DriverEvent) -> Void)?
 
     /// `bus`: the session bus, where the user's systemd manager runs the
-    /// programs as units when it is there.
-    public init(desktop: SessionDesktopDriver, loop: EventLoop, bus: Connection, logger: Logger) {
+    /// programs as units when it is there. `owner`: the user-mode service
+    /// or the session agent, whose units are named apart.
+    public init(
+        desktop: SessionDesktopDriver, owner: ProgramOwner = .service, loop: EventLoop, bus: Connection, logger: Logger
+    ) {
         self.desktop = desktop
+        self.owner = owner
         self.logger = logger
         var programs: [Feature: SessionProgram] = [:]
         for kind in ProgramKind.allCases {
-            programs[kind.feature] = SessionProgram(kind, loop: loop, bus: bus, logger: logger)
+            programs[kind.feature] = SessionProgram(kind, owner: owner, loop: loop, bus: bus, logger: logger)
         }
         self.programs = programs
     }
@@ -142,12 +147,12 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
     }
 
     package func validate(_ record: JSON) throws(DriverRecordError) {
-        _ = try Self.runs(of: record)
+        _ = try Self.runs(of: record, owner: owner)
     }
 
     /// The runs a record names, checked: a unit only of the names the
     /// service gives its units, a pid that can be a process.
-    static func runs(of record: JSON) throws(DriverRecordError) -> [Feature: ProgramRecord] {
+    static func runs(of record: JSON, owner: ProgramOwner) throws(DriverRecordError) -> [Feature: ProgramRecord] {
         guard case .array(let items)? = record["programs"] else { throw DriverRecordError("'programs' is not an array") }
         var runs: [Feature: ProgramRecord] = [:]
         for item in items {
@@ -157,7 +162,7 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
             }
             guard runs[feature] == nil else { throw DriverRecordError("two programs for '\(name)'") }
             if let unit = item["unit"] {
-                guard case .string(let unit) = unit, kind.isUnitName(unit) else {
+                guard case .string(let unit) = unit, kind.isUnitName(unit, owner: owner) else {
                     throw DriverRecordError("'\(unit)' is not a unit the service runs for '\(name)'")
                 }
                 runs[feature] = .unit(unit)
@@ -179,7 +184,7 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
     /// on, the journal's runs of its features are adopted, or started anew;
     /// the rest stop.
     package nonisolated(nonsending) func recover(_ record: JSON?, target: DriverTarget?, endsNow: Bool) async -> [DriverNote] {
-        let recorded = (try? record.map(Self.runs(of:))) ?? [:]
+        let recorded = (try? record.map { record throws(DriverRecordError) in try Self.runs(of: record, owner: owner) }) ?? [:]
         let environment = desktop.programEnvironment
         for (feature, program) in programs.sorted(by: { $0.key < $1.key }) {
             await program.stopUnknownUnits(keeping: recorded[feature])

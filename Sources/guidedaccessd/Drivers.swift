@@ -4,6 +4,7 @@ import DconfBackend
 import GSettingsBackend
 import GuidedAccessCore
 import KioskSession
+import SessionAgent
 
 /// The drivers of this service, in the order the session transaction runs
 /// them: the one place that names them. Adding a desktop or a transport is
@@ -51,25 +52,49 @@ enum Drivers {
 
     /// The list for `mode`: the settings keys first; then the desktop that
     /// acts on them — user mode: found in the session the service runs in,
-    /// which also runs the programs the desktop lacks; system mode:
-    /// logind's seat0 — and the kiosk browser's pages where configured.
+    /// which also runs the programs the desktop lacks, and the kiosk
+    /// browser's pages where configured; system mode: logind's seat0, and
+    /// the session agent, which does in the kiosk user's session what user
+    /// mode does there. Returns the agents' registry too (system mode).
     static func list(
-        mode: ServiceMode, configuration: ServiceConfiguration, backend: any SettingsBackend, connection: Connection,
-        environment: [String: String]
-    ) -> [any FeatureDriver] {
-        let configuredDesktop = Desktop.configured(configuration.driverValue(group: "Service", key: "Desktop"))
+        mode: ServiceMode, configuration: ServiceConfiguration, policy: AccessPolicy, backend: any SettingsBackend,
+        connection: Connection, environment: [String: String]
+    ) -> (drivers: [any FeatureDriver], agents: AgentProxyDriver?) {
         var drivers: [any FeatureDriver] = [SettingsDriver(backend: backend)]
         switch mode {
         case .user:
-            let desktop = SessionDesktopDriver(
-                configured: configuredDesktop, environment: environment, connection: connection, logger: logger)
-            drivers.append(desktop)
             // The memory backend stands for a whole kiosk by itself: nothing runs in a session.
-            if !backend.realisesEveryFeature {
-                drivers.append(SessionProgramsDriver(desktop: desktop, loop: connection.loop, bus: connection, logger: logger))
-            }
+            drivers += session(
+                configuration, owner: .service, connection: connection, environment: environment,
+                programs: !backend.realisesEveryFeature)
+            return (drivers, nil)
         case .system:
-            drivers.append(SeatDesktopDriver(configured: configuredDesktop, connection: connection, logger: logger))
+            let seat = SeatDesktopDriver(
+                configured: Desktop.configured(configuration.driverValue(group: "Service", key: "Desktop")),
+                connection: connection, logger: logger)
+            let agents = AgentProxyDriver(
+                connection: connection, allowedUIDs: policy.agentUIDs, seatUser: { seat.activeUser },
+                presence: { seat.agentPresent = $0 }, logger: logger)
+            seat.follow { agents.seatChanged() }
+            // The browser's pages are the agent's: the system unit has no network.
+            return (drivers + [seat, agents], agents)
+        }
+    }
+
+    /// The drivers of the kiosk user's session, as the user-mode service
+    /// and the session agent run them (`connection`: the session bus): the
+    /// desktop found there, the programs it lacks (`programs`), the kiosk
+    /// browser's pages where configured.
+    static func session(
+        _ configuration: ServiceConfiguration, owner: ProgramOwner, connection: Connection, environment: [String: String],
+        programs: Bool = true
+    ) -> [any FeatureDriver] {
+        let desktop = SessionDesktopDriver(
+            configured: Desktop.configured(configuration.driverValue(group: "Service", key: "Desktop")),
+            environment: environment, connection: connection, logger: logger)
+        var drivers: [any FeatureDriver] = [desktop]
+        if programs {
+            drivers.append(SessionProgramsDriver(desktop: desktop, owner: owner, loop: connection.loop, bus: connection, logger: logger))
         }
         if let endpoint = BrowserPagesDriver.configured(configuration.driverValue(group: "Browser", key: "DevToolsEndpoint")) {
             drivers.append(BrowserPagesDriver(endpoint: endpoint, loop: connection.loop, logger: logger))

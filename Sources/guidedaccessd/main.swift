@@ -1,9 +1,12 @@
 // guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR]
-// guidedaccessd [--user | --system] [--config FILE] --check-configuration
-// guidedaccessd --print-introspection | --print-configuration-keys
+// guidedaccessd --agent [--address ADDR] [--config FILE] [--state-dir DIR]
+// guidedaccessd [--user | --system | --agent] [--config FILE] --check-configuration
+// guidedaccessd --print-introspection | --print-agent-introspection | --print-configuration-keys
 //
 // The GuidedAccess service: org.guidedaccess.GuidedAccess1 on the session
-// bus (user mode) or the system bus (system mode).
+// bus (user mode) or the system bus (system mode). With --agent, the
+// session agent (1.2): run as the kiosk user in its graphical session, it
+// does there what the system service cannot, for it.
 
 import CLinux
 import DBus
@@ -12,6 +15,7 @@ import GuidedAccessCore
 import GuidedAccessService
 import KeyFile
 import Logging
+import SessionAgent
 
 // What a large call took goes back to the system once it is answered, as
 // with any other call. glibc raises its mmap and trim thresholds each time a
@@ -41,12 +45,14 @@ func fail(_ message: String, code: Int32 = 1) -> Never {
 }
 
 let usage =
-    "usage: guidedaccessd [--user | --system] [--address ADDR] [--config FILE] [--state-dir DIR] [--check-configuration]"
-    + " | --print-introspection | --print-configuration-keys | --version | --help"
+    "usage: guidedaccessd [--user | --system | --agent] [--address ADDR] [--config FILE] [--state-dir DIR] [--check-configuration]"
+    + " | --print-introspection | --print-agent-introspection | --print-configuration-keys | --version | --help"
 
 // MARK: Command line
 
 var mode = ServiceMode.user
+/// `--agent`: the session agent, which reads the system service's configuration.
+var agent = false
 var address: String?
 var configPath: String?
 var stateDirectory: String?
@@ -58,8 +64,9 @@ while let argument = arguments.next() {
         return v
     }
     switch argument {
-    case "--user": mode = .user
-    case "--system": mode = .system
+    case "--user": (mode, agent) = (.user, false)
+    case "--system": (mode, agent) = (.system, false)
+    case "--agent": (mode, agent) = (.system, true)
     case "--address": address = value()
     case "--config": configPath = value()
     case "--state-dir": stateDirectory = value()
@@ -73,6 +80,10 @@ while let argument = arguments.next() {
     case "--print-introspection":
         // The interface's XML as served, for /usr/share/dbus-1/interfaces/.
         print(GuidedAccessService.declaration.introspectionDocument, terminator: "")
+        exit(0)
+    case "--print-agent-introspection":
+        // The session agent's interface, org.guidedaccess.Agent1.
+        print(AgentService.declaration.introspectionDocument, terminator: "")
         exit(0)
     case "--print-configuration-keys":
         // Every [Group] Key= the configuration knows, the drivers' included.
@@ -129,20 +140,27 @@ do {
     fail("configuration: \(error)")
 }
 
+// The agent reads the system service's configuration ([Service] Desktop=,
+// [Browser] DevToolsEndpoint=), as the kiosk user: the users and groups of
+// the lists are the service's to resolve.
 let policy: AccessPolicy
-do {
+if agent {
+    policy = try! AccessPolicy(
+        configuration: ServiceConfiguration(defaultsFor: .system), mode: .system, serviceUID: getuid(), file: configFile,
+        userID: { _ in nil }, groupID: { _ in nil })
+} else { do {
     policy = try AccessPolicy(
         configuration: configuration, mode: mode, serviceUID: getuid(), file: configFile,
         userID: { name in getpwnam(name).map { $0.pointee.pw_uid } },
         groupID: { name in getgrnam(name).map { $0.pointee.gr_gid } })
 } catch {
     fail("configuration: \(error)")
-}
+} }
 
 if checkOnly {
     // What start-up checks of the configuration, and nothing more: no bus,
     // no state directory.
-    print("configuration: \(configFile) and its drop-ins: valid for \(mode.rawValue) mode")
+    print("configuration: \(configFile) and its drop-ins: valid for \(agent ? "the session agent" : "\(mode.rawValue) mode")")
     exit(0)
 }
 
@@ -150,7 +168,7 @@ if checkOnly {
 
 let stateDir =
     stateDirectory ?? environment("STATE_DIRECTORY")?.split(separator: ":").first.map(String.init)
-    ?? (mode == .system
+    ?? (mode == .system && !agent
         ? "/var/lib/guidedaccess"
         : (environment("XDG_STATE_HOME") ?? homeDirectory() + "/.local/state") + "/guidedaccess")
 
@@ -190,13 +208,18 @@ func serve(
             mode == .system
             ? PolkitAuthority(connection: connection)
             : ListsOnlyAuthority(reason: "not admitted by the configuration (user mode consults no polkit)")
+        // User mode acts in its session: never beside a session agent.
+        if mode == .user, let refusal = await claimSession(connection, as: "the user-mode service") {
+            logger.critical("\(refusal)")
+            return AgentBus.refusedExitStatus
+        }
         let systemBus = SystemBusLink(mode == .system ? connection : nil, loop: loop)
         let backendName = backend.name
-        let drivers = Drivers.list(
-            mode: mode, configuration: configuration, backend: backend, connection: connection,
+        let (drivers, agents) = Drivers.list(
+            mode: mode, configuration: configuration, policy: policy, backend: backend, connection: connection,
             environment: processEnvironment())
         let service = GuidedAccessService(
-            connection: connection, drivers: drivers, journal: SessionJournal(directory: stateDir),
+            connection: connection, drivers: drivers, agents: agents, journal: SessionJournal(directory: stateDir),
             settings: .init(
                 mode: mode, policy: policy, defaults: configuration.session, authority: authority,
                 audit: AuditLog(
@@ -219,6 +242,60 @@ func serve(
         logger.critical("\(error)")
         return 1
     }
+}
+
+/// The session agent (`--agent`): the session bus for its drivers, the
+/// system bus for the service it works for.
+func serveAgent(configuration: ServiceConfiguration, stateDir: String, sessionBus: Bus, loop: EventLoop) async -> Int32 {
+    do {
+        let session = try await Connection.connect(to: sessionBus, loop: loop, logger: logger)
+        if let refusal = await claimSession(session, as: "the session agent") {
+            logger.critical("\(refusal)")
+            return AgentBus.refusedExitStatus
+        }
+        let system = try await Connection.connect(to: .system, loop: loop, logger: logger)
+        let agent = AgentService(
+            connection: system,
+            drivers: Drivers.session(configuration, owner: .agent, connection: session, environment: processEnvironment()),
+            journal: SessionJournal(directory: stateDir, fileName: "agent.json"), logger: logger)
+        try await agent.start()
+        logger.info("ready: the session agent of uid \(getuid()), state in \(stateDir)")
+        Task(executorPreference: loop) {
+            await session.waitUntilDisconnected()
+            // The session is over (a logout): its manager stops what the agent ran.
+            logger.notice("the session bus connection is gone; exiting")
+            exit(0)
+        }
+        await system.waitUntilDisconnected()
+        logger.error("the system bus connection is gone; exiting, with what runs recorded for the next start")
+        return 1
+    } catch {
+        logger.critical("\(error)")
+        return 1
+    }
+}
+
+/// Owns `AgentBus.sessionName` on the session bus for `role`; nil when it
+/// does, else why it must not start: the user-mode service and the agent
+/// never both act for one session (spec 1.2, section 1).
+func claimSession(_ session: Connection, as role: String) async -> String? {
+    let reply: RequestNameReply
+    do {
+        reply = try await session.requestName(AgentBus.sessionName)
+    } catch {
+        return "\(role) cannot own \(AgentBus.sessionName) on the session bus: \(error)"
+    }
+    guard reply != .primaryOwner, reply != .alreadyOwner else { return nil }
+    var other = "another process"
+    if let credentials = try? await session.credentials(of: AgentBus.sessionName), let pid = credentials.processID {
+        if let fd = credentials.processFD { close(fd) }
+        let arguments = ProcessInfo.readSmallFile("/proc/\(pid)/cmdline")?.split(separator: "\0") ?? []
+        let unit = ProcessInfo.systemdUnit(of: pid).map { ", unit \($0)" } ?? ""
+        other = arguments.contains("--agent")
+            ? "the session agent (pid \(pid)\(unit))" : "the user-mode service (pid \(pid)\(unit))"
+    }
+    return "\(role) does not start: \(other) acts in this session already, and the two never both act for one session;"
+        + " enable one of guidedaccessd-user.service and guidedaccess-agent.service for the kiosk user (systemctl --global enable …)"
 }
 
 /// The system bus, connected once when first needed (user mode: for logind).
@@ -259,9 +336,16 @@ loop.handleSignals([SIGTERM, SIGINT]) { signal in
 // thread of its own would have its own malloc arena and stack (about 40 KiB
 // more Private_Dirty).
 let bus: Bus = address.map { .address($0) } ?? (mode == .system ? .system : .session)
-Task(executorPreference: loop) { [configuration, mode, policy, stateDir, bus] in
-    let status = await serve(
-        configuration: configuration, mode: mode, policy: policy, stateDir: stateDir, bus: bus, loop: loop)
+// Everything the task needs is captured: a global of this file read inside
+// it would wait for the main actor, whose queue never runs here.
+Task(executorPreference: loop) { [configuration, mode, policy, stateDir, bus, agent, address] in
+    let status =
+        agent
+        ? await serveAgent(
+            configuration: configuration, stateDir: stateDir, sessionBus: address.map { .address($0) } ?? .session,
+            loop: loop)
+        : await serve(
+            configuration: configuration, mode: mode, policy: policy, stateDir: stateDir, bus: bus, loop: loop)
     exit(status)
 }
 loop.run()

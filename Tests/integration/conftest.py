@@ -354,7 +354,7 @@ def start_mock(env, template):
     return bus.get_object(name, POLKIT[1] if template == "polkitd" else LOGIND[1])
 
 
-def seat_session(env, desktop, session_type="wayland", logind=None, session_id="c1"):
+def seat_session(env, desktop, session_type="wayland", logind=None, session_id="c1", uid=1000, user="kiosk"):
     """A logind mock (started unless given) whose seat0 has the active
     session SESSION_ID of the kiosk user, with logind's `Desktop` (the
     session file's name, XDG_SESSION_DESKTOP) and `Type`; returns logind."""
@@ -362,7 +362,7 @@ def seat_session(env, desktop, session_type="wayland", logind=None, session_id="
 
     logind = logind or start_mock(env, "logind")
     mock = "org.freedesktop.DBus.Mock"
-    path = logind.AddSession(session_id, "seat0", dbus.UInt32(1000), "kiosk", True, dbus_interface=mock)
+    path = logind.AddSession(session_id, "seat0", dbus.UInt32(uid), user, True, dbus_interface=mock)
     session = dbus.bus.BusConnection(env.address).get_object(LOGIND[0], path)
     session.AddProperty("org.freedesktop.login1.Session", "Desktop", desktop, dbus_interface=mock)
     # AddSession made it seat0's active session (PropertiesChanged), before

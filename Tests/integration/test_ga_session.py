@@ -233,6 +233,7 @@ def test_introspection_declares_the_api(ga_env, gad, rec):
         "SetRestrictionState": ("method", "ss", "-"),
         "GetRestrictionState": ("method", "s", "s"),
         "ListRestrictions": ("method", "-", "a(ssss)"),
+        "RegisterAgent": ("method", "-", "-"),
         "SessionChanged": ("signal", "bs", "-"),
         "RestrictionChanged": ("signal", "ss", "-"),
         "SessionActive": ("property", "b", "false"),
@@ -242,6 +243,7 @@ def test_introspection_declares_the_api(ga_env, gad, rec):
         "SupportedFeatures": ("property", "as", "8"),  # busctl: count, then the items
         "Backend": ("property", "s", '"gsettings"'),
         "Desktop": ("property", "s", '"gnome-shell"'),
+        "Agent": ("property", "s", '""'),
         "Version": ("property", "s", members.get("Version", ("", "", ""))[2]),
     }
 

@@ -219,8 +219,13 @@ def screen_reader_refusal(rec):
 
 ALL = ["grayscale", "high-contrast", "invert-colors", "large-text", "on-screen-keyboard", "reduce-motion",
        "screen-reader", "zoom"]
-GNOME_READER = ("in system mode the screen reader comes only from a GNOME session, whose gnome-session starts Orca "
-                "from its key (in user mode the service runs Orca itself)")
+NO_AGENT = "no session agent is registered (guidedaccess-agent.service of the kiosk user)"
+
+
+def no_reader(why):
+    """The refusal of screen-reader in system mode without an agent."""
+    return (f"screen-reader: {NO_AGENT}; without one, the screen reader comes only from a GNOME session, whose "
+            f"gnome-session starts Orca from its key, and {why}")
 
 
 @pytest.mark.parametrize("logind", [False, True], ids=["no logind", "logind without a session"])
@@ -234,7 +239,7 @@ def test_with_no_desktop_running_system_mode_claims_nothing_and_says_what_would_
     rec = Recorder(ga_env)
     assert rec.prop("Desktop") == "none"
     assert rec.prop("SupportedFeatures") == []
-    assert screen_reader_refusal(rec) == f"screen-reader: logind reports no graphical session on seat0; {GNOME_READER}"
+    assert screen_reader_refusal(rec) == no_reader("logind reports no graphical session on seat0")
     name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
     assert (name, message) == (
         GA_ERROR + "UnsupportedFeature",
@@ -264,7 +269,7 @@ def test_system_mode_takes_its_desktop_from_seat0s_active_graphical_session(ga_e
     # reader in the user's session, and sway starts none from the key.
     assert rec.prop("SupportedFeatures") == ["high-contrast", "large-text", "reduce-motion"]
     assert "desktop: sway (logind: seat0's session, sway)" in daemon.log()
-    assert screen_reader_refusal(rec) == f"screen-reader: nothing on sway starts a screen reader from its key; {GNOME_READER}"
+    assert screen_reader_refusal(rec) == no_reader("nothing on sway starts a screen reader from its key")
 
 
 def test_the_configured_desktop_is_taken_as_configured_and_the_screen_reader_still_needs_a_gnome_session(ga_env):
@@ -274,7 +279,7 @@ def test_the_configured_desktop_is_taken_as_configured_and_the_screen_reader_sti
     assert rec.prop("Desktop") == "gnome-shell"
     assert rec.prop("SupportedFeatures") == [f for f in ALL if f != "screen-reader"]
     assert "desktop: gnome-shell ([Service] Desktop=)" in daemon.log()
-    assert screen_reader_refusal(rec) == f"screen-reader: logind reports no graphical session on seat0; {GNOME_READER}"
+    assert screen_reader_refusal(rec) == no_reader("logind reports no graphical session on seat0")
 
 
 def test_the_seat_is_followed_live_a_gnome_session_logging_in_and_the_seat_going_back_to_none(ga_env):
