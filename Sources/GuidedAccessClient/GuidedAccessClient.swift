@@ -153,7 +153,8 @@ public final class GuidedAccessClient: Sendable {
             supportedFeatures: try value(.supportedFeatures, [String]()),
             backend: try value(.backend, ""),
             desktop: try value(.desktop, ""),
-            version: try value(.version, ""))
+            version: try value(.version, ""),
+            agent: try value(.agent, ""))
     }
 
     // MARK: Restrictions

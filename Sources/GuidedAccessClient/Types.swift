@@ -53,6 +53,10 @@ public struct GuidedAccessStatus: Sendable, Hashable {
     /// say.
     public var desktop: String
     public var version: String
+    /// (1.2) The user whose session agent is registered with a system-mode
+    /// service; empty when none is, in user mode (where the service is its
+    /// own agent), and from a service older than 1.2.
+    public var agent: String = ""
 }
 
 /// A signal of the service, in the order the service sent it.

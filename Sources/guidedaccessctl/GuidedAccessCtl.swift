@@ -180,6 +180,8 @@ struct StatusJSON: Encodable {
     var enabledFeatures: [String]
     var supportedFeatures: [String]
     var backend: String
+    var desktop: String
+    var agent: String
     var version: String
 }
 
@@ -200,7 +202,8 @@ struct Status: AsyncParsableCommand {
                 StatusJSON(
                     sessionActive: status.sessionActive, sessionOwner: status.sessionOwner,
                     sessionDeadline: status.sessionDeadline, enabledFeatures: status.enabledFeatures,
-                    supportedFeatures: status.supportedFeatures, backend: status.backend, version: status.version))
+                    supportedFeatures: status.supportedFeatures, backend: status.backend, desktop: status.desktop,
+                    agent: status.agent, version: status.version))
             printLine(String(decoding: data, as: UTF8.self))
             return
         }
@@ -220,8 +223,13 @@ struct Status: AsyncParsableCommand {
             ("Enabled", status.enabledFeatures.isEmpty ? "-" : status.enabledFeatures.joined(separator: ", ")),
             ("Supported", status.supportedFeatures.isEmpty ? "-" : status.supportedFeatures.joined(separator: ", ")),
             ("Backend", status.backend),
-            ("Version", status.version),
+            ("Desktop", status.desktop.isEmpty ? "-" : status.desktop),
         ]
+            // The session agent is the system service's (user mode: the service is its own).
+            + (global.system || !status.agent.isEmpty
+                ? [("Agent", status.agent.isEmpty ? "none registered (guidedaccess-agent.service of the kiosk user)" : status.agent)]
+                : [])
+            + [("Version", status.version)]
         for (key, value) in rows {
             printLine((key + ":").padded(to: 12) + value)
         }

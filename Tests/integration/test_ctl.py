@@ -53,11 +53,15 @@ def test_status_json(ga_env, gad):
     assert s["enabledFeatures"] == []
     assert "zoom" in s["supportedFeatures"]
     assert s["backend"] and s["version"]
+    assert s["desktop"] == "gnome-shell"
+    assert s["agent"] == ""
 
 
 def test_status_table(ga_env, gad):
     out = ok(ctl(ga_env, "status"))
     assert "Session:" in out and "inactive" in out
+    assert re.search(r"^Desktop: +gnome-shell$", out, re.M), out
+    assert "Agent:" not in out, "user mode: the service is its own agent"
 
 
 def test_start_zoom_then_end_restores(ga_env, gad):

@@ -8,6 +8,9 @@ that sleeps: real Orca speaks in the container test). Clients are busctl,
 gdbus and dbus-python; misbehaving agents are fake_agent.py.
 """
 
+import json
+import os
+import re
 import subprocess
 import time
 
@@ -17,6 +20,8 @@ import pytest
 from agents import AgentSession, FakeAgent
 from conftest import LOGIND, seat_session, start_guidedaccessd, start_mock
 from gadaemon import DAEMON_BINARY, GA_ERROR, Recorder, pump
+
+CTL = os.environ.get("GUIDEDACCESSCTL", str(DAEMON_BINARY.parent / "guidedaccessctl"))
 
 pytest.importorskip("dbusmock", reason="python-dbusmock is installed by scripts/install-deps into .venv")
 
@@ -153,6 +158,12 @@ def test_an_admitted_agent_registers_and_its_session_gives_the_service_a_screen_
     rec.call("EndSession")
     wait_for(lambda: session.running_orcas() == [], "the stand-in Orca to stop")
     assert get(ga_env, READER) == "false"
+    # guidedaccessctl shows who the agent is, and the desktop of its session.
+    code, out, err = ga_env.run([str(CTL), "--address", ga_env.address, "status"])
+    assert code == 0, err
+    assert re.search(r"^Agent: +nobody$", out, re.M) and re.search(r"^Desktop: +sway$", out, re.M), out
+    code, out, err = ga_env.run([str(CTL), "--address", ga_env.address, "status", "--json"])
+    assert json.loads(out)["agent"] == "nobody", out
     records = [r for r in journal() if r.get("MESSAGE_ID") == REGISTERED]
     assert len(records) == 1, journal()
     assert records[0]["GUIDEDACCESS_CALLER_UID"] == "65534"
