@@ -3,7 +3,7 @@ import Testing
 @testable import GuidedAccessCore
 
 @Suite struct AccessPolicyTests {
-    static let users: [String: UInt32] = ["kiosk": 1000, "admin": 1002]
+    static let users: [String: UInt32] = ["root": 0, "kiosk": 1000, "admin": 1002]
     static let groups: [String: UInt32] = ["wheel": 10, "kiosks": 500]
 
     func policy(_ mode: ServiceMode, serviceUID: UInt32 = 1000, _ entries: [(String, String, String)] = []) throws -> AccessPolicy {
@@ -94,6 +94,23 @@ import Testing
         #expect(policy.isOperator(CallerIdentity(uid: 1002)))
         #expect(!policy.isOperator(kiosk))
         #expect(!policy.isClient(CallerIdentity(uid: 1002)))
+    }
+
+    @Test func agentAllowUsersTakesNamesAndUidsAndNeverRoot() throws {
+        #expect(try policy(.system, serviceUID: 0).agentUIDs == nil)
+        #expect(try policy(.system, serviceUID: 0, [("Agent", "AllowUsers", "kiosk;1003")]).agentUIDs == [1000, 1003])
+        #expect(try policy(.system, serviceUID: 0, [("Agent", "AllowUsers", "")]).agentUIDs == [])
+        for root in ["root", "0", "kiosk;0"] {
+            #expect(throws: ConfigurationError(
+                file: "test.conf", group: "Agent", key: "AllowUsers", value: root,
+                reason: "root is never the session agent: name the kiosk user")) {
+                try policy(.system, serviceUID: 0, [("Agent", "AllowUsers", root)])
+            }
+        }
+        #expect(throws: ConfigurationError(
+            file: "test.conf", group: "Agent", key: "AllowUsers", value: "ghost", reason: "no user 'ghost' on this system")) {
+            try policy(.system, serviceUID: 0, [("Agent", "AllowUsers", "ghost")])
+        }
     }
 
     @Test func anUnknownUserNameIsAConfigurationError() {

@@ -194,6 +194,18 @@ import GuidedAccessCore
         }
     }
 
+    @Test func theAgentsUnitsAndTheServicesNeverTakeEachOthersNames() {
+        let reader = ProgramKind.screenReader
+        let agents = reader.unitName(pid: 4242, run: 3, owner: .agent)
+        #expect(agents == "guidedaccess-agent-screen-reader-4242-3.service")
+        #expect(reader.isUnitName(agents, owner: .agent))
+        // The user-mode service never stops the agent's units as strays, nor the agent the service's.
+        #expect(!reader.isUnitName(agents, owner: .service))
+        #expect(!reader.isUnitName(reader.unitName(pid: 4242, run: 3), owner: .agent))
+        #expect(reader.unitPattern(owner: .service) == "guidedaccess-screen-reader-*.service")
+        #expect(reader.unitPattern(owner: .agent) == "guidedaccess-agent-screen-reader-*.service")
+    }
+
     @Test func onlyTheScreenReaderAndTheKeyboardAreRunAsPrograms() {
         #expect(Feature.allCases.compactMap(ProgramKind.init).map { $0.feature } == [.screenReader, .onScreenKeyboard])
         #expect(ProgramKind.screenReader.executable == "orca" && ProgramKind.screenReader.arguments == ["--replace"])
