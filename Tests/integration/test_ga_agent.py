@@ -11,6 +11,7 @@ gdbus and dbus-python; misbehaving agents are fake_agent.py.
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 
@@ -391,3 +392,37 @@ def test_the_agent_and_the_user_mode_service_never_both_act_for_one_session(ga_e
     finally:
         service.terminate()
         service.wait(timeout=10)
+
+
+def test_the_agent_activates_the_system_service_when_it_starts(ga_env, kiosk, journal):
+    """No service runs; the bus can start it (a .service file, as the package
+    installs for the system bus): the agent's RegisterAgent starts it, and
+    registers. Without that file it waits (the cost of waiting, 0 wake-ups,
+    is in scripts/bench-agent)."""
+    config = ga_env.write_config("[Service]\nBackend=memory\nDesktop=sway\n[Agent]\nAllowUsers=nobody\n")
+    services = ga_env.root / "services"
+    services.mkdir()
+    log = ga_env.root / "activated.log"
+    (services / "org.guidedaccess.GuidedAccess1.service").write_text(
+        "[D-BUS Service]\nName=org.guidedaccess.GuidedAccess1\n"
+        f"Exec=/bin/sh -c 'exec {DAEMON_BINARY} --system --address {ga_env.address} --state-dir {ga_env.state_dir} "
+        f"--config {config} >>{log} 2>&1'\n")
+    conf = ga_env.root / "bus.conf"
+    conf.write_text(conf.read_text().replace("</busconfig>", f"  <servicedir>{services}</servicedir>\n</busconfig>"))
+    bus = dbus.bus.BusConnection(ga_env.address)
+    bus.call_blocking("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig", "", ())
+    assert not bus.name_has_owner("org.guidedaccess.GuidedAccess1")
+    session = kiosk()
+    started = time.monotonic()
+    agent = session.agent().start()
+    agent.wait_for_log("registered as the session agent", timeout=20)
+    took = time.monotonic() - started
+    assert bus.name_has_owner("org.guidedaccess.GuidedAccess1")
+    assert "system mode" in log.read_text(), log.read_text()
+    rec = Recorder(ga_env)
+    assert rec.prop("Agent") == "nobody"
+    print(f"agent start → registered with the service it activated: {took * 1000:.0f} ms")
+    # The activated service is not a fixture's: stop it here.
+    pid = bus.call_blocking("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                            "GetConnectionUnixProcessID", "s", ("org.guidedaccess.GuidedAccess1",))
+    os.kill(int(pid), signal.SIGTERM)
