@@ -140,22 +140,22 @@ do {
     fail("configuration: \(error)")
 }
 
-// The agent reads the system service's configuration ([Service] Desktop=,
-// [Browser] DevToolsEndpoint=), as the kiosk user: the users and groups of
-// the lists are the service's to resolve.
-let policy: AccessPolicy
-if agent {
-    policy = try! AccessPolicy(
-        configuration: ServiceConfiguration(defaultsFor: .system), mode: .system, serviceUID: getuid(), file: configFile,
-        userID: { _ in nil }, groupID: { _ in nil })
-} else { do {
-    policy = try AccessPolicy(
-        configuration: configuration, mode: mode, serviceUID: getuid(), file: configFile,
-        userID: { name in getpwnam(name).map { $0.pointee.pw_uid } },
-        groupID: { name in getgrnam(name).map { $0.pointee.gr_gid } })
+// Who may call the service; nil for the agent, which reads the system
+// service's configuration ([Service] Desktop=, [Browser] DevToolsEndpoint=)
+// as the kiosk user: the users and groups of the lists are the service's to
+// resolve.
+let policy: AccessPolicy?
+do {
+    policy =
+        agent
+        ? nil
+        : try AccessPolicy(
+            configuration: configuration, mode: mode, serviceUID: getuid(), file: configFile,
+            userID: { name in getpwnam(name).map { $0.pointee.pw_uid } },
+            groupID: { name in getgrnam(name).map { $0.pointee.gr_gid } })
 } catch {
     fail("configuration: \(error)")
-} }
+}
 
 if checkOnly {
     // What start-up checks of the configuration, and nothing more: no bus,
@@ -338,14 +338,16 @@ loop.handleSignals([SIGTERM, SIGINT]) { signal in
 let bus: Bus = address.map { .address($0) } ?? (mode == .system ? .system : .session)
 // Everything the task needs is captured: a global of this file read inside
 // it would wait for the main actor, whose queue never runs here.
-Task(executorPreference: loop) { [configuration, mode, policy, stateDir, bus, agent, address] in
+Task(executorPreference: loop) { [configuration, mode, policy, stateDir, bus, address] in
     let status =
-        agent
-        ? await serveAgent(
-            configuration: configuration, stateDir: stateDir, sessionBus: address.map { .address($0) } ?? .session,
-            loop: loop)
-        : await serve(
-            configuration: configuration, mode: mode, policy: policy, stateDir: stateDir, bus: bus, loop: loop)
+        if let policy {
+            await serve(
+                configuration: configuration, mode: mode, policy: policy, stateDir: stateDir, bus: bus, loop: loop)
+        } else {
+            await serveAgent(
+                configuration: configuration, stateDir: stateDir, sessionBus: address.map { .address($0) } ?? .session,
+                loop: loop)
+        }
     exit(status)
 }
 loop.run()
