@@ -37,6 +37,9 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
     public var agentPresent = false
     /// The uid of the user of seat0's active graphical session; nil: none.
     public var activeUser: UInt32? { seatSession?.uid }
+
+    /// The same, asked of logind now rather than as it was last announced.
+    public func askActiveUser() async -> UInt32? { await activeSeatSession()?.uid }
     /// Called when seat0's active session changed, before the service hears of it.
     private var followers: [() -> Void] = []
     private var events: (@Sendable (DriverEvent) -> Void)?

@@ -28,8 +28,9 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
     private let logger: Logger
     /// `[Agent] AllowUsers=`; nil: the user of seat0's active session.
     private let allowedUIDs: Set<UInt32>?
-    /// The uid of the user of seat0's active graphical session, as logind says.
-    private let seatUser: () -> UInt32?
+    /// The uid of the user of seat0's active graphical session, as logind
+    /// said last (`fresh: false`), or as it says now (`fresh: true`).
+    private let seatUser: (_ fresh: Bool) async -> UInt32?
     /// Told whether an agent speaks for the session now (the seat's desktop
     /// driver stands aside while one does), before `events` hears of it.
     private let presence: (Bool) -> Void
@@ -70,7 +71,7 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
     }
 
     public init(
-        connection: Connection, allowedUIDs: Set<UInt32>?, seatUser: @escaping () -> UInt32?,
+        connection: Connection, allowedUIDs: Set<UInt32>?, seatUser: @escaping (_ fresh: Bool) async -> UInt32?,
         presence: @escaping (Bool) -> Void, logger: Logger
     ) {
         self.connection = connection
@@ -112,7 +113,12 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
 
     package nonisolated(nonsending) func register(_ caller: BusCaller) async throws(GuidedAccessError) -> AgentRegistration {
         let uid = caller.identity.uid
-        if let why = refusal(of: uid) { throw .notAuthorized(why) }
+        // An agent registers when it sees seat0 change, which the service
+        // may not have heard of yet: a refusal by seat is checked with
+        // logind itself before it is given.
+        var why = refusal(of: uid, seatUser: await seatUser(false))
+        if why != nil, allowedUIDs == nil, uid != 0 { why = refusal(of: uid, seatUser: await seatUser(true)) }
+        if let why { throw .notAuthorized(why) }
         let user = Self.userName(uid)
         var replaced: AgentRegistration.Replaced?
         if let old = agent {
@@ -167,7 +173,7 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
     }
 
     /// Why `uid` may not be the agent now, or nil.
-    private func refusal(of uid: UInt32) -> String? {
+    private func refusal(of uid: UInt32, seatUser seat: UInt32?) -> String? {
         let who = "uid \(uid) (\(Self.userName(uid)))"
         guard uid != 0 else {
             return "root is never the session agent: the agent runs as the kiosk user, in its graphical session"
@@ -179,7 +185,7 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
             }
             return nil
         }
-        guard let seat = seatUser() else {
+        guard let seat else {
             return "\(who) may not register as the session agent: logind reports no graphical session on seat0, and [Agent] AllowUsers= is not set"
         }
         guard seat == uid else {
@@ -191,9 +197,10 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
     /// seat0's active session changed: without `[Agent] AllowUsers=`, an
     /// agent whose user no longer has it is released and forgotten.
     public func seatChanged() {
-        guard allowedUIDs == nil, let agent, let why = refusal(of: agent.uid) else { return }
+        guard allowedUIDs == nil, let agent else { return }
         let loop = connection.loop
         Task(executorPreference: loop) { [self] in
+            guard let why = refusal(of: agent.uid, seatUser: await seatUser(false)) else { return }
             guard self.agent?.uniqueName == agent.uniqueName else { return }
             release(agent, because: why)
             await lose(agent, reason: "no longer admitted: \(why)")

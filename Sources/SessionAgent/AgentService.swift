@@ -322,7 +322,10 @@ public actor AgentService {
                 AgentMethod.release.rawValue: "Stop everything this agent started; it is no longer the agent.",
                 AgentProperty.supportedFeatures.rawValue: "What the agent can deliver in its session now.",
                 AgentProperty.desktop.rawValue: "The desktop the agent detected in its session.",
-                AgentProperty.unsupportedReasons.rawValue: "For each feature it cannot deliver, why.",
+                AgentProperty.unsupportedReasons.rawValue: """
+                    For each feature it cannot deliver, why (an addition beyond API 1.2: the service puts it \
+                    in its UnsupportedFeature messages).
+                    """,
             ],
             methods: [
                 Method(

@@ -73,7 +73,7 @@ enum Drivers {
                 configured: Desktop.configured(configuration.driverValue(group: "Service", key: "Desktop")),
                 connection: connection, logger: logger)
             let agents = AgentProxyDriver(
-                connection: connection, allowedUIDs: policy.agentUIDs, seatUser: { seat.activeUser },
+                connection: connection, allowedUIDs: policy.agentUIDs, seatUser: { fresh in fresh ? await seat.askActiveUser() : seat.activeUser },
                 presence: { seat.agentPresent = $0 }, logger: logger)
             seat.follow { agents.seatChanged() }
             // The browser's pages are the agent's: the system unit has no network.

@@ -426,3 +426,23 @@ def test_the_agent_activates_the_system_service_when_it_starts(ga_env, kiosk, jo
     pid = bus.call_blocking("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
                             "GetConnectionUnixProcessID", "s", ("org.guidedaccess.GuidedAccess1",))
     os.kill(int(pid), signal.SIGTERM)
+
+
+def test_without_allow_users_an_agent_whose_user_leaves_seat0_is_released_and_comes_back_with_it(
+        ga_env, system, kiosk):
+    logind = seat_session(ga_env, "sway", uid=65534, user="nobody")
+    system(agent_users=None)
+    rec = Recorder(ga_env)
+    session = kiosk()
+    agent = session.agent().start()
+    wait_prop(rec, "Agent", lambda user: user == "nobody")
+    # Another user's session becomes seat0's active one: the agent goes.
+    seat_session(ga_env, "sway", logind=logind, session_id="c2", uid=1, user="daemon")
+    wait_prop(rec, "Agent", lambda user: user == "")
+    agent.wait_for_log("released by the GuidedAccess service")
+    assert "screen-reader" not in rec.prop("SupportedFeatures")
+    # The kiosk user's session is active again: the agent registers again.
+    mark = len(agent.log())
+    seat_session(ga_env, "sway", logind=logind, session_id="c3", uid=65534, user="nobody")
+    wait_prop(rec, "Agent", lambda user: user == "nobody")
+    agent.wait_for_log("registered as the session agent", since=mark)
