@@ -42,7 +42,6 @@ public actor AgentService {
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
 
     static let login1 = "org.freedesktop.login1"
-    static let seatPath: ObjectPath = "/org/freedesktop/login1/seat/seat0"
 
     /// `connection`: the system bus; `drivers`: the session's, in order.
     package init(connection: Connection, drivers: sending [any FeatureDriver], journal: SessionJournal, logger: Logger) {
@@ -71,7 +70,10 @@ public actor AgentService {
         exported = true
         let rules = [
             MatchRule.nameOwnerChanged(for: GuidedAccessBus.name),
-            MatchRule(sender: Self.login1, path: Self.seatPath, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged"),
+            // seat0's and its sessions' (a session's Type and Active may be
+            // announced after it became seat0's): an agent not registered
+            // tries again; a registered one ignores them.
+            MatchRule(sender: Self.login1, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged"),
         ]
         for rule in rules {
             watches.append(
