@@ -16,7 +16,6 @@ for the kiosk user's session), release builds (GUIDEDACCESSD):
 """
 
 import os
-import statistics
 import sys
 import time
 from pathlib import Path

@@ -26,7 +26,6 @@ import pwd
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path

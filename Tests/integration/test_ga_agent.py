@@ -19,7 +19,7 @@ import dbus
 import pytest
 
 from agents import AgentSession, FakeAgent
-from conftest import LOGIND, seat_session, start_guidedaccessd, start_mock
+from conftest import seat_session, start_guidedaccessd
 from gadaemon import DAEMON_BINARY, GA_ERROR, Recorder, pump
 
 CTL = os.environ.get("GUIDEDACCESSCTL", str(DAEMON_BINARY.parent / "guidedaccessctl"))
@@ -98,10 +98,6 @@ def journal(ga_env):
     sock.close()
 
 
-def prop(rec, name):
-    return rec.prop(name)
-
-
 def wait_prop(rec, name, predicate, timeout=10.0):
     assert pump(lambda: predicate(rec.prop(name)), timeout), f"{name} = {rec.prop(name)!r}"
     return rec.prop(name)
@@ -143,10 +139,10 @@ def test_without_an_agent_the_screen_reader_is_unsupported_naming_the_agent(ga_e
 
 
 def test_an_admitted_agent_registers_and_its_session_gives_the_service_a_screen_reader(ga_env, system, kiosk, journal):
-    daemon = system()
+    system()
     rec = Recorder(ga_env)
     session = kiosk()
-    agent = session.agent().start()
+    session.agent().start()
     assert wait_prop(rec, "Agent", lambda user: user == "nobody") == "nobody"
     assert "screen-reader" in wait_prop(rec, "SupportedFeatures", lambda f: "screen-reader" in f)
     assert rec.prop("Desktop") == "sway"
@@ -231,8 +227,9 @@ def test_register_agent_is_not_supported_in_user_mode(ga_env):
 # ---------------------------------------------------------------- faults
 
 
-def test_a_killed_agent_is_restarted_adopts_the_same_orca_and_applies_the_session_again(
-        ga_env, system, kiosk, journal):
+def killed_mid_session(ga_env, system, kiosk):
+    """A session with the screen reader and large text whose agent was then
+    kill -9'd: (recorder, kiosk session, agent, the Orca it had started)."""
     system()
     rec = Recorder(ga_env)
     session = kiosk()
@@ -242,6 +239,12 @@ def test_a_killed_agent_is_restarted_adopts_the_same_orca_and_applies_the_sessio
     [orca] = session.running_orcas()
     agent.kill9()
     wait_prop(rec, "Agent", lambda user: user == "")
+    return rec, session, agent, orca
+
+
+def test_a_killed_agent_is_restarted_adopts_the_same_orca_and_applies_the_session_again(
+        ga_env, system, kiosk, journal):
+    rec, session, agent, orca = killed_mid_session(ga_env, system, kiosk)
     # The session goes on without it: the keys stay, and what the agent ran.
     assert rec.prop("SessionActive") is True
     assert get(ga_env, TEXT) == "1.5"
@@ -268,15 +271,7 @@ def test_a_killed_agent_is_restarted_adopts_the_same_orca_and_applies_the_sessio
 
 def test_end_session_with_the_agent_stopped_succeeds_and_the_agent_stops_its_orca_when_it_is_back(
         ga_env, system, kiosk):
-    system()
-    rec = Recorder(ga_env)
-    session = kiosk()
-    agent = session.agent().start()
-    wait_prop(rec, "Agent", lambda user: user == "nobody")
-    start_session(rec, "screen-reader", "large-text")
-    [orca] = session.running_orcas()
-    agent.kill9()
-    wait_prop(rec, "Agent", lambda user: user == "")
+    rec, session, agent, orca = killed_mid_session(ga_env, system, kiosk)
     started = time.monotonic()
     rec.call("EndSession")
     assert time.monotonic() - started < 1.0
