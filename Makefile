@@ -104,6 +104,7 @@ install: $(GUIDEDACCESSD)
 	install -m 0644 systemd/org.guidedaccess.GuidedAccess1.conf $(DESTDIR)$(DBUSSYSTEMCONFDIR)/
 	install -m 0644 systemd/org.guidedaccess.GuidedAccess1.policy $(DESTDIR)$(POLKITACTIONDIR)/
 	install -D -m 0644 docs/org.guidedaccess.GuidedAccess1.xml $(DESTDIR)$(DBUSINTERFACESDIR)/org.guidedaccess.GuidedAccess1.xml
+	install -m 0644 docs/org.guidedaccess.Agent1.xml $(DESTDIR)$(DBUSINTERFACESDIR)/org.guidedaccess.Agent1.xml
 	install -m 0644 systemd/guidedaccess.conf.example $(DESTDIR)$(DOCDIR)/examples/guidedaccess.conf
 	install -D -m 0755 systemd/guidedaccess-dconf-profile $(DESTDIR)$(PREFIX)/sbin/guidedaccess-dconf-profile
 	install -m 0644 README.md docs/dbus-api.md docs/settings-mapping.md docs/fleet.md $(DESTDIR)$(DOCDIR)/

@@ -69,6 +69,16 @@ enum InterfaceDocumentation {
         Every registered restriction as (identifier, text, detail, state), sorted by identifier. \
         Anyone may call it.
         """,
+        "RegisterAgent": """
+        (1.2) Makes the caller's connection the session agent of a system-mode service \
+        (guidedaccessd --agent, run as the kiosk user in its graphical session), which has exported \
+        org.guidedaccess.Agent1 at /org/guidedaccess/Agent: right after the reply the service reads its \
+        properties and calls Apply with the current state. Admitted: the users of [Agent] AllowUsers=, \
+        else the user of logind's active session on seat0; never root. The same user's agent takes over \
+        from its earlier one; another admitted user's replaces it, and the earlier one is sent Release(). \
+        Errors: org.freedesktop.DBus.Error.NotSupported (user mode, where the service is its own agent), \
+        NotAuthorized, BackendFailed.
+        """,
         "SessionActive": "Whether a session is active.",
         "SessionOwner": """
         The session owner's unique bus name; empty when there is no session or the owner has left the bus.
@@ -79,13 +89,19 @@ enum InterfaceDocumentation {
         "EnabledFeatures": "The features on in this session, sorted; empty outside a session.",
         "SupportedFeatures": """
         The features this service can make real now for the person at the kiosk: on the detected \
-        desktop, through the browser layer, or by starting a program it needs; sorted. A feature whose \
-        setting exists but that nothing on this kiosk would act on is not listed.
+        desktop, through the browser layer, or by starting a program it needs (in system mode, through \
+        the session agent); sorted. A feature whose setting exists but that nothing on this kiosk would \
+        act on is not listed.
         """,
         "Desktop": """
         The graphical session the features act on, as the service found it (gnome-shell, sway, x11, \
         none and the others docs/settings-mapping.md lists), followed by +name for each layer over it \
-        while it is there (+browser: the browser layer is connected).
+        while it is there (+browser: the browser layer is connected). In system mode with a session \
+        agent, the agent's.
+        """,
+        "Agent": """
+        (1.2) The user name of the registered session agent; empty when none is registered, and always \
+        in user mode, where the service is its own agent.
         """,
         "Backend": "The settings backend: gsettings, dconf or memory.",
         "Version": "The service's version.",

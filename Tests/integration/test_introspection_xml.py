@@ -83,3 +83,24 @@ def test_gdbus_codegen_carries_the_documentation(tmp_path):
                  for a in m.findall("annotation") if a.get("name") == DOC)
     # DocBook output reflows the text; its first words are enough.
     assert " ".join(start.split()[:6]) in " ".join(docbook.split())
+
+
+def test_committed_agent_interface_is_what_the_binary_prints():
+    """(1.2) The session agent's interface, installed beside the service's:
+    docs/org.guidedaccess.Agent1.xml is `guidedaccessd
+    --print-agent-introspection`, and every member is documented."""
+    committed = REPO_ROOT / "docs" / "org.guidedaccess.Agent1.xml"
+    result = subprocess.run([str(DAEMON_BINARY), "--print-agent-introspection"], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == committed.read_text(), (
+        f"{committed} is out of date; regenerate it: {DAEMON_BINARY} --print-agent-introspection > {committed}")
+    root = ET.fromstring(result.stdout[result.stdout.index("<node"):])
+    [interface] = root.findall("interface")
+    assert interface.get("name") == "org.guidedaccess.Agent1"
+    undocumented = [
+        f"{element.tag} {element.get('name')}"
+        for element in [interface, *interface.findall("method"), *interface.findall("property")]
+        if not any(a.get("name") == DOC and a.get("value", "").strip() for a in element.findall("annotation"))
+    ]
+    assert undocumented == []
