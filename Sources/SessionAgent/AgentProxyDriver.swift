@@ -120,13 +120,6 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
         if why != nil, allowedUIDs == nil, uid != 0 { why = refusal(of: uid, seatUser: await seatUser(true)) }
         if let why { throw .notAuthorized(why) }
         let user = Self.userName(uid)
-        var replaced: AgentRegistration.Replaced?
-        if let old = agent {
-            let tookOver = old.uid == uid
-            replaced = .init(caller: old.caller, user: old.user, tookOver: tookOver)
-            await forget(old)
-            if !tookOver { release(old, because: "the session agent of \(user) replaced it") }
-        }
         var new = Agent(caller: caller, user: user)
         let loop = connection.loop
         let name = caller.uniqueName
@@ -154,6 +147,15 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
         guard (try? await connection.nameOwner(name)) == name else {
             for watch in new.watches { await connection.unsubscribe(watch) }
             throw .notAuthorized("\(name) left the bus while it registered")
+        }
+        // Only now, with the new one followed and present, is the old one
+        // replaced (and one registering while this one waited, too).
+        var replaced: AgentRegistration.Replaced?
+        while let old = agent {
+            let tookOver = old.uid == uid
+            replaced = .init(caller: old.caller, user: old.user, tookOver: tookOver)
+            await forget(old)
+            if !tookOver { release(old, because: "the session agent of \(user) replaced it") }
         }
         agent = new
         sent = nil

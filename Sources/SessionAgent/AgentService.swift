@@ -104,9 +104,32 @@ public actor AgentService {
             service = nil
             registered = false
         case .none:
-            guard !registered else { return }
+            // logind: only when seat0's active session is this user's. An
+            // agent of a user not admitted (an administrator's login, with
+            // the unit enabled for everyone) would otherwise ask again, and
+            // be refused and audited, at every change of any session.
+            guard !registered, await seatIsOurs() else { return }
             await register()
         }
+    }
+
+    /// Whether logind's active session on seat0 is this process's user's.
+    private func seatIsOurs() async -> Bool {
+        func property(_ path: ObjectPath, _ interface: String, _ name: String) async -> DBusValue? {
+            let reply = try? await connection.call(
+                destination: Self.login1, path: path, interface: "org.freedesktop.DBus.Properties", member: "Get",
+                [.string(interface), .string(name)], timeout: .seconds(2))
+            guard case .variant(let value)? = reply?.first else { return nil }
+            return value
+        }
+        guard
+            case .structure(let active)? = await property(
+                "/org/freedesktop/login1/seat/seat0", "org.freedesktop.login1.Seat", "ActiveSession"),
+            active.count == 2, case .objectPath(let path) = active[1], path.rawValue != "/",
+            case .structure(let user)? = await property(path, "org.freedesktop.login1.Session", "User"),
+            case .uint32(let uid)? = user.first
+        else { return false }
+        return uid == getuid()
     }
 
     /// `RegisterAgent`, which also starts the service (D-Bus activation).

@@ -19,7 +19,7 @@ import dbus
 import pytest
 
 from agents import AgentSession, FakeAgent
-from conftest import seat_session, start_guidedaccessd
+from conftest import LOGIND, seat_session, start_guidedaccessd
 from gadaemon import DAEMON_BINARY, GA_ERROR, Recorder, pump
 
 CTL = os.environ.get("GUIDEDACCESSCTL", str(DAEMON_BINARY.parent / "guidedaccessctl"))
@@ -424,7 +424,7 @@ def test_the_agent_activates_the_system_service_when_it_starts(ga_env, kiosk, jo
 
 
 def test_without_allow_users_an_agent_whose_user_leaves_seat0_is_released_and_comes_back_with_it(
-        ga_env, system, kiosk):
+        ga_env, system, kiosk, journal):
     logind = seat_session(ga_env, "sway", uid=65534, user="nobody")
     system(agent_users=None)
     rec = Recorder(ga_env)
@@ -436,6 +436,12 @@ def test_without_allow_users_an_agent_whose_user_leaves_seat0_is_released_and_co
     wait_prop(rec, "Agent", lambda user: user == "")
     agent.wait_for_log("released by the GuidedAccess service")
     assert "screen-reader" not in rec.prop("SupportedFeatures")
+    # Other changes of that session do not make it ask again (and be refused).
+    other = dbus.bus.BusConnection(ga_env.address).get_object(LOGIND[0], "/org/freedesktop/login1/session/c2")
+    other.UpdateProperties("org.freedesktop.login1.Session", {"IdleHint": True},
+                           dbus_interface="org.freedesktop.DBus.Mock")
+    rec.settle(0.5)
+    assert [r for r in journal() if r.get("MESSAGE_ID") == REFUSED] == []
     # The kiosk user's session is active again: the agent registers again.
     mark = len(agent.log())
     seat_session(ga_env, "sway", logind=logind, session_id="c3", uid=65534, user="nobody")
