@@ -246,10 +246,10 @@ public actor Connection {
         return try await call(message, timeout: timeout).arguments()
     }
 
-    /// Emits a signal from `path`. The object at `path` must declare it with
-    /// this signature (see `export`).
+    /// Emits a signal from `path` (to `destination` only, when given). The
+    /// object at `path` must declare it with this signature (see `export`).
     public func emit(
-        _ signal: String, interface: String, path: ObjectPath, _ arguments: [DBusValue] = []
+        _ signal: String, interface: String, path: ObjectPath, _ arguments: [DBusValue] = [], destination: String? = nil
     ) throws(DBusError) {
         guard let object = objects[path.rawValue], let declaration = object.interface(interface)?.signal(signal) else {
             throw .invalidArgs("no signal \(interface).\(signal) is declared at \(path)")
@@ -258,7 +258,7 @@ public actor Connection {
         guard actual == declaration.signature else {
             throw .invalidArgs("signal \(interface).\(signal) has type '\(declaration.signature)', got '\(actual)'")
         }
-        let message = try Message.signal(path: path, interface: interface, member: signal)
+        let message = try Message.signal(path: path, interface: interface, member: signal, destination: destination)
         try message.append(arguments)
         try send(message)
     }

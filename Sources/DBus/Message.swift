@@ -48,7 +48,14 @@ public final class Message: @unchecked Sendable {
         return Message(adopting: raw)
     }
 
-    public static func signal(path: ObjectPath, interface: String, member: String) throws(DBusError) -> Message {
+    /// A signal; with `destination`, sent to that connection only (unicast),
+    /// not to everyone whose match rules take it.
+    public static func signal(
+        path: ObjectPath, interface: String, member: String, destination: String? = nil
+    ) throws(DBusError) -> Message {
+        if let destination, !DBusNames.isValidBusName(destination) {
+            throw .invalidArgs("'\(destination)' is not a valid bus name")
+        }
         guard DBusNames.isValidInterface(interface) else {
             throw .invalidArgs("'\(interface)' is not a valid interface name")
         }
@@ -56,6 +63,10 @@ public final class Message: @unchecked Sendable {
             throw .invalidArgs("'\(member)' is not a valid member name")
         }
         guard let raw = dbus_message_new_signal(path.rawValue, interface, member) else { throw .noMemory() }
+        if let destination, dbus_message_set_destination(raw, destination) == 0 {
+            dbus_message_unref(raw)
+            throw .noMemory()
+        }
         return Message(adopting: raw)
     }
 

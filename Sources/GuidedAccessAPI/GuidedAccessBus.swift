@@ -128,6 +128,15 @@ public enum AgentMethod: String, CaseIterable, Sendable {
     case release = "Release"
 }
 
+/// The signals of `org.guidedaccess.Agent1` (an addition beyond API 1.2),
+/// sent to the service's connection only.
+public enum AgentSignal: String, CaseIterable, Sendable {
+    /// `(s feature, s message, a{ss} fields)`: a feature of the session the
+    /// agent no longer delivers (its program gave up restarting); the
+    /// service audits it as it does its own programs' (`programGaveUp`).
+    case featureLost = "FeatureLost"
+}
+
 /// (1.2) The properties of `org.guidedaccess.Agent1`.
 public enum AgentProperty: String, CaseIterable, Sendable {
     /// `as`: what the agent can deliver in its session now.

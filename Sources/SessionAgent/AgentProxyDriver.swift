@@ -139,6 +139,22 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
                 ) { [self] _ in
                     Task(executorPreference: loop) { await self.readProperties(of: name) }
                 })
+            new.watches.append(
+                try await connection.subscribe(
+                    MatchRule(
+                        sender: name, path: AgentBus.objectPath, interface: AgentBus.interface,
+                        member: AgentSignal.featureLost.rawValue)
+                ) { [self] message in
+                    guard let arguments = try? message.arguments(), arguments.count == 3,
+                        case .string(let wireName) = arguments[0], let feature = Feature(rawValue: wireName),
+                        case .string(let text) = arguments[1], case .dictionary(.string, .string, let entries) = arguments[2]
+                    else { return }
+                    var fields: [String: String] = [:]
+                    for entry in entries.prefix(16) {
+                        if case .string(let key) = entry.key, case .string(let value) = entry.value { fields[key] = value }
+                    }
+                    Task(executorPreference: loop) { await self.lost(feature, text, fields, from: name) }
+                })
         } catch {
             for watch in new.watches { await connection.unsubscribe(watch) }
             throw .backendFailed("cannot follow the session agent \(name) on the bus: \(error)")
@@ -207,6 +223,13 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
             release(agent, because: why)
             await lose(agent, reason: "no longer admitted: \(why)")
         }
+    }
+
+    /// The agent's `FeatureLost`: passed on to the service, which audits it.
+    private func lost(_ feature: Feature, _ message: String, _ fields: [String: String], from name: String) async {
+        guard let agent, agent.uniqueName == name else { return }
+        let user = agent.user
+        events?(.featureLost(feature, message: "\(message) (in the session of \(user), as its agent reports)", fields: fields.merging(["AGENT_USER": user]) { $1 }))
     }
 
     private func left(_ name: String) async {

@@ -277,8 +277,22 @@ public actor AgentService {
             }
         case .recordChanged:
             if let problem = store.noteRecords() { logger.error("\(driver): \(problem)") }
-        case .featureLost(_, let message, _):
+        case .featureLost(let feature, let message, let fields):
             logger.error("\(message)")
+            // The service audits it, as it audits its own programs giving up.
+            guard registered, let service else { return }
+            do {
+                try await connection.emit(
+                    AgentSignal.featureLost.rawValue, interface: AgentBus.interface, path: AgentBus.objectPath,
+                    [
+                        .string(feature.wireName), .string(message),
+                        .dictionary(
+                            key: .string, value: .string,
+                            fields.sorted { $0.key < $1.key }.map { .init(.string($0.key), .string($0.value)) }),
+                    ], destination: service)
+            } catch {
+                logger.error("telling the service that \(feature) was lost: \(error)")
+            }
         }
     }
 
@@ -347,6 +361,10 @@ public actor AgentService {
                 AgentMethod.release.rawValue: "Stop everything this agent started; it is no longer the agent.",
                 AgentProperty.supportedFeatures.rawValue: "What the agent can deliver in its session now.",
                 AgentProperty.desktop.rawValue: "The desktop the agent detected in its session.",
+                AgentSignal.featureLost.rawValue: """
+                    A feature of the session the agent no longer delivers (its program gave up restarting), \
+                    sent to the service only, which audits it (an addition beyond API 1.2).
+                    """,
                 AgentProperty.unsupportedReasons.rawValue: """
                     For each feature it cannot deliver, why (an addition beyond API 1.2: the service puts it \
                     in its UnsupportedFeature messages).
@@ -375,6 +393,10 @@ public actor AgentService {
                     await agent?.unsupportedReasons ?? [:]
                 },
             ],
-            signals: [])
+            signals: [
+                Signal(
+                    AgentSignal.featureLost.rawValue, Argument("feature", String.self),
+                    Argument("message", String.self), Argument("fields", [String: String].self))
+            ])
     }
 }

@@ -10,8 +10,9 @@ stands in for the system bus.
   so that the screen reader is a program the agent runs), and a bin
   directory first on PATH.
 - `orca` in that bin directory: a stand-in for Orca (real Orca speaks in
-  the container test) that appends its pid to orca.pids and sleeps; or,
-  with `orca="broken"`, a file exec refuses, as a broken install is. The
+  the container test) that appends its pid to orca.pids and sleeps; with
+  `orca="dies"`, one that exits half a second after each start; with
+  `orca="broken"`, a file exec refuses, as a broken install is. The
   agent starts it with speech-dispatcher found on the real PATH.
 - Agent: `setpriv --reuid=UID … guidedaccessd --agent` in that session,
   started, kill -9'd and started again; its log.
@@ -41,6 +42,12 @@ FAKE_ORCA = """#!/bin/sh
 echo $$ >> "{pids}"
 exec sleep 100000
 """
+# A stand-in that starts, then exits after half a second, every time.
+DYING_ORCA = """#!/bin/sh
+echo $$ >> "{pids}"
+sleep 0.5
+exit 3
+"""
 
 
 class AgentSession:
@@ -61,7 +68,7 @@ class AgentSession:
         if orca == "broken":
             orca_path.write_bytes(b"\x7fELF not really\n")
         else:
-            orca_path.write_text(FAKE_ORCA.format(pids=self.pids_file))
+            orca_path.write_text({"sleeps": FAKE_ORCA, "dies": DYING_ORCA}[orca].format(pids=self.pids_file))
         orca_path.chmod(0o755)
         self.config = self.root / "agent.conf"
         self.config.write_text(f"[Service]\nDesktop={desktop}\n{config_extra}")

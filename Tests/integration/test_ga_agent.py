@@ -30,6 +30,7 @@ READER = ("org.gnome.desktop.a11y.applications", "screen-reader-enabled")
 TEXT = ("org.gnome.desktop.interface", "text-scaling-factor")
 NO_AGENT = "no session agent is registered (guidedaccess-agent.service of the kiosk user)"
 REGISTERED, REFUSED, LOST = (f"3c4bd2b4c5a24b8f9c6e0a1d2f3e4a5{c}" for c in "89a")
+GAVE_UP = "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a57"
 
 
 @pytest.fixture
@@ -300,6 +301,21 @@ def test_an_agent_whose_orca_cannot_start_fails_the_call_and_nothing_stays(ga_en
     assert get(ga_env, TEXT) == "1.0"
     assert get(ga_env, READER) == "false"
     assert session.running_orcas() == []
+
+
+def test_an_orca_the_agent_gives_up_on_is_audited_by_the_service_as_its_own_would_be(ga_env, system, kiosk, journal):
+    system()
+    rec = Recorder(ga_env)
+    session = kiosk(orca="dies")
+    session.agent().start()
+    wait_prop(rec, "SupportedFeatures", lambda f: "screen-reader" in f)
+    start_session(rec, "screen-reader")
+    wait_for(lambda: any(r.get("MESSAGE_ID") == GAVE_UP for r in journal()), "the programGaveUp record", timeout=30)
+    [record] = [r for r in journal() if r.get("MESSAGE_ID") == GAVE_UP]
+    assert record["GUIDEDACCESS_FEATURE"] == "screen-reader"
+    assert record["GUIDEDACCESS_AGENT_USER"] == "nobody"
+    assert "its program exited 6 times" in record["MESSAGE"] and "as its agent reports" in record["MESSAGE"], record
+    assert len(session.orca_pids()) == 6
 
 
 @pytest.mark.parametrize("how", ["slow", "leaves"])
