@@ -39,7 +39,7 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
     public var activeUser: UInt32? { seatSession?.uid }
 
     /// The same, asked of logind now rather than as it was last announced.
-    public func askActiveUser() async -> UInt32? { await activeSeatSession()?.uid }
+    public nonisolated(nonsending) func askActiveUser() async -> UInt32? { await activeSeatSession()?.uid }
     /// Called when seat0's active session changed, before the service hears of it.
     private var followers: [() -> Void] = []
     private var events: (@Sendable (DriverEvent) -> Void)?
@@ -92,11 +92,11 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
 
     // MARK: Detection
 
-    private func redetect() async {
+    private nonisolated(nonsending) func redetect() async {
         await detection.run { await detect(initial: false) }
     }
 
-    private func detect(initial: Bool) async {
+    private nonisolated(nonsending) func detect(initial: Bool) async {
         let seatSession = await activeSeatSession()
         let named = seatSession.flatMap { session -> (desktop: Desktop, gnomeSession: Bool)? in
             if let named = Desktop.named(sessionDesktop: session.desktopName) { return named }
@@ -156,7 +156,7 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
 
     /// seat0's active session's `Desktop` and `Type` when it is a graphical
     /// one, or nil (no logind, no active session, no answer within 2 s).
-    private func activeSeatSession() async -> SeatSession? {
+    private nonisolated(nonsending) func activeSeatSession() async -> SeatSession? {
         func property(_ path: ObjectPath, _ interface: String, _ name: String) async -> DBusValue? {
             let reply = try? await connection.call(
                 destination: Self.login1, path: path, interface: "org.freedesktop.DBus.Properties", member: "Get",

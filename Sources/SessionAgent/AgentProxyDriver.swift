@@ -30,7 +30,7 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
     private let allowedUIDs: Set<UInt32>?
     /// The uid of the user of seat0's active graphical session, as logind
     /// said last (`fresh: false`), or as it says now (`fresh: true`).
-    private let seatUser: (_ fresh: Bool) async -> UInt32?
+    private let seatUser: nonisolated(nonsending) (_ fresh: Bool) async -> UInt32?
     /// Told whether an agent speaks for the session now (the seat's desktop
     /// driver stands aside while one does), before `events` hears of it.
     private let presence: (Bool) -> Void
@@ -71,7 +71,7 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
     }
 
     public init(
-        connection: Connection, allowedUIDs: Set<UInt32>?, seatUser: @escaping (_ fresh: Bool) async -> UInt32?,
+        connection: Connection, allowedUIDs: Set<UInt32>?, seatUser: nonisolated(nonsending) @escaping (_ fresh: Bool) async -> UInt32?,
         presence: @escaping (Bool) -> Void, logger: Logger
     ) {
         self.connection = connection
@@ -226,18 +226,18 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
     }
 
     /// The agent's `FeatureLost`: passed on to the service, which audits it.
-    private func lost(_ feature: Feature, _ message: String, _ fields: [String: String], from name: String) async {
+    private nonisolated(nonsending) func lost(_ feature: Feature, _ message: String, _ fields: [String: String], from name: String) async {
         guard let agent, agent.uniqueName == name else { return }
         let user = agent.user
         events?(.featureLost(feature, message: "\(message) (in the session of \(user), as its agent reports)", fields: fields.merging(["AGENT_USER": user]) { $1 }))
     }
 
-    private func left(_ name: String) async {
+    private nonisolated(nonsending) func left(_ name: String) async {
         guard let agent, agent.uniqueName == name else { return }
         await lose(agent, reason: "it left the bus")
     }
 
-    private func lose(_ agent: Agent, reason: String) async {
+    private nonisolated(nonsending) func lose(_ agent: Agent, reason: String) async {
         await forget(agent)
         view = nil
         logger.notice("session agent: \(agent.title), \(agent.uniqueName), lost: \(reason)")
@@ -246,7 +246,7 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
         events?(.changed)
     }
 
-    private func forget(_ old: Agent) async {
+    private nonisolated(nonsending) func forget(_ old: Agent) async {
         if agent?.uniqueName == old.uniqueName { agent = nil }
         sent = nil
         for watch in old.watches { await connection.unsubscribe(watch) }
@@ -271,7 +271,7 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
 
     /// The agent's properties, read anew (at its registration, and when it
     /// announces a change).
-    private func readProperties(of name: String) async {
+    private nonisolated(nonsending) func readProperties(of name: String) async {
         guard agent?.uniqueName == name else { return }
         let reply: [DBusValue]
         do {
@@ -322,7 +322,7 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
     }
 
     /// Sends the agent what the session wants, unless it has it already.
-    private func sendWanted() async throws(DriverFailure) {
+    private nonisolated(nonsending) func sendWanted() async throws(DriverFailure) {
         await calls.take()
         defer { calls.give() }
         guard let agent else { return }
