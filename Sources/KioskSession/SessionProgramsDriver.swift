@@ -90,13 +90,18 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
             runs[feature] = nil
         }
         var started = false
+        // The displays the programs are given, as one snapshot: one that
+        // changes while they start (await) is seen as moved at the next
+        // apply (the desktop's change reapplies), which restarts them with
+        // the new displays.
+        let display = desktop.display
         let environment = desktop.programEnvironment
         for feature in wanted.sorted() where runs[feature] == nil {
             guard let program = programs[feature] else { continue }
             do throws(ProgramError) {
                 runs[feature] = try await program.start(try executable(program.kind), environment: environment)
                 started = true
-                startedIn = desktop.display
+                startedIn = display
             } catch {
                 throw DriverFailure(.failed, "\(feature): \(error.message); nothing was changed")
             }
@@ -185,10 +190,13 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
     /// the rest stop.
     package nonisolated(nonsending) func recover(_ record: JSON?, target: DriverTarget?, endsNow: Bool) async -> [DriverNote] {
         let recorded = (try? record.map { record throws(DriverRecordError) in try Self.runs(of: record, owner: owner) }) ?? [:]
-        let environment = desktop.programEnvironment
         for (feature, program) in programs.sorted(by: { $0.key < $1.key }) {
             await program.stopUnknownUnits(keeping: recorded[feature])
         }
+        // Taken after the calls above: the display may have appeared
+        // meanwhile (an agent started with the compositor at login).
+        let display = desktop.display
+        let environment = desktop.programEnvironment
         var notes: [DriverNote] = []
         let wanted = target.map { endsNow ? [] : self.wanted($0) } ?? []
         for (feature, program) in programs.sorted(by: { $0.key < $1.key }) {
@@ -196,7 +204,7 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
                 do throws(ProgramError) {
                     runs[feature] = try await program.resume(
                         recorded[feature], try executable(program.kind), environment: environment)
-                    startedIn = desktop.display
+                    startedIn = display
                 } catch {
                     notes.append(DriverNote(.error, "\(feature): cannot start it for the resumed session: \(error)"))
                 }
