@@ -13,6 +13,9 @@ own. `fleet_container`: a container of its own, installed the same way
 speech-dispatcher and Xvfb as well (user_session.py); `speech_container`:
 it booted, the package installed, the kiosk user's own manager, an X
 display and speech-dispatcher's log ready (user mode, the screen reader).
+`agent_rootfs`: that plus sway, Xwayland and PipeWire; `agent_kiosk`: it
+booted (persistent across `reboot()`), system mode with the session agent
+enabled for every user (test_agent_speech.py).
 
 The test is skipped, with the reason, only where the machine cannot run it:
 not root, a tool or cgroup2 missing, no reachable Debian mirror to build the
@@ -115,6 +118,19 @@ def speech_rootfs(rootfs):
     except nspawn.Unavailable as error:
         pytest.skip(f"container test not run: {error}")
     FACTS["speech root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
+    return root
+
+
+@pytest.fixture(scope="session")
+def agent_rootfs(speech_rootfs):
+    """The speech root filesystem plus sway with Xwayland and PipeWire with
+    its pulse server (user_session.py), cached separately again: only
+    test_agent_speech.py pays for it."""
+    try:
+        root, seconds = user_session.ensure_agent_rootfs(speech_rootfs, log=lambda line: print(line, file=sys.stderr))
+    except nspawn.Unavailable as error:
+        pytest.skip(f"container test not run: {error}")
+    FACTS["agent root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
     return root
 
 
@@ -265,6 +281,28 @@ def speech_container(speech_rootfs, stage, workdir):
         yield ct
     finally:
         shut_down(ct, "speech container")
+
+
+@pytest.fixture(scope="module")
+def agent_kiosk(agent_rootfs, stage, workdir):
+    """A locked kiosk that speaks (test_agent_speech.py): the agent root
+    filesystem booted with changes that survive `reboot()`, the package
+    installed, system mode with the session agent and sway enabled for
+    every user (user_session.prepare_agent_kiosk); the kiosk user has not
+    logged in yet."""
+    ct = nspawn.Container(agent_rootfs, stage, workdir / "agent", persistent=True, suffix="-agent")
+    # The service's journal and the kiosk user's (its manager, the agent, Orca).
+    ct.failure_journal = (f"guidedaccessd and uid {KIOSK_UID}",
+                          ["_SYSTEMD_UNIT=guidedaccessd.service", "+", f"_UID={KIOSK_UID}"])
+    try:
+        FACTS["agent container: boot"] = f"{ct.boot():.1f} s"
+        _CONTAINER.insert(0, ct)
+        install_package(ct)
+        for step, seconds in user_session.prepare_agent_kiosk(ct).items():
+            FACTS[f"agent container: {step}"] = f"{seconds:.2f} s"
+        yield ct
+    finally:
+        shut_down(ct, "agent container")
 
 
 def shut_down(ct, what):

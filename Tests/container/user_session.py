@@ -7,6 +7,14 @@ service's screen reader, a transient unit of that manager, needs around it.
   rootfs-bookworm-speech (a copy of the base, `apt-get install` in a chroot;
   its stamp is the base's plus the package list, so either change rebuilds
   it). The base itself stays as it is: the other tests keep their smaller one.
+- `ensure_agent_rootfs()`: the speech root filesystem plus sway, Xwayland,
+  PipeWire, WirePlumber, pipewire-pulse and parec (AGENT_PACKAGES), cached
+  as rootfs-bookworm-agent the same way (test_agent_speech.py only).
+- `prepare_agent_kiosk(ct)`: system mode with the session agent and sway
+  enabled for every user, PipeWire's null sink `speech`, speech-dispatcher
+  through pulse; `start_recording()`, `sound()`, `wait_for_sound()`,
+  `last_sound()`: what reaches that sink, recorded with parec, as RMS of
+  10 ms windows; `user_processes()`, `journal()`.
 - `prepare(ct)`: the kiosk user (if missing), linger (user@UID.service and
   its bus at /run/user/UID/bus), Xvfb on DISPLAY as a user unit, and
   speechd.conf with `LogLevel 5` and ALSA's null device (no sound card, no
@@ -21,6 +29,7 @@ Checked with systemd 252, Orca 43.1, speech-dispatcher 0.11.4.
 """
 
 import calendar
+import json
 import re
 import subprocess
 import time
@@ -30,6 +39,11 @@ from container_setup import KIOSK_UID, KIOSK_USER
 
 SPEECH_PACKAGES = ["orca", "speech-dispatcher", "speech-dispatcher-espeak-ng", "xvfb"]
 SPEECH_ROOTFS = f"rootfs-{nspawn.SUITE}-speech"
+# The locked kiosk that speaks through the session agent (test_agent_speech.py):
+# a headless sway with Xwayland (Orca 43 needs an X display), PipeWire with
+# WirePlumber and its pulse server (a null sink to record), parec.
+AGENT_PACKAGES = ["sway", "xwayland", "pipewire", "pipewire-pulse", "wireplumber", "pulseaudio-utils"]
+AGENT_ROOTFS = f"rootfs-{nspawn.SUITE}-agent"
 
 DISPLAY = ":5"
 XVFB_UNIT = "guidedaccess-test-xvfb.service"
@@ -89,21 +103,39 @@ def ensure_speech_rootfs(base, log=print):
     """The cached speech root filesystem, built from BASE (the cached base,
     nspawn.ensure_rootfs()) when absent or stale. Returns (path, seconds
     spent building: 0.0 when cached)."""
+    return _ensure_layer(base, SPEECH_ROOTFS, speech_stamp_text(), SPEECH_PACKAGES, log)
+
+
+def agent_stamp_text():
+    return speech_stamp_text() + f"apt-install={','.join(AGENT_PACKAGES)}\n"
+
+
+def ensure_agent_rootfs(speech, log=print):
+    """The cached agent root filesystem: the speech one (SPEECH, from
+    ensure_speech_rootfs()) plus sway with Xwayland and PipeWire with its
+    pulse server (AGENT_PACKAGES), built when absent or stale. Returns
+    (path, seconds spent building: 0.0 when cached)."""
+    return _ensure_layer(speech, AGENT_ROOTFS, agent_stamp_text(), AGENT_PACKAGES, log)
+
+
+def _ensure_layer(base, name, stamp, packages, log):
+    """CACHE_DIR/NAME: a copy of BASE with PACKAGES installed by apt-get in
+    a chroot, cached under STAMP."""
 
     def install(work, mirror):
-        log(f"container: building {nspawn.CACHE_DIR / SPEECH_ROOTFS}: {base} and apt-get install "
-            f"{' '.join(SPEECH_PACKAGES)} (under a minute)")
+        log(f"container: building {nspawn.CACHE_DIR / name}: {base} and apt-get install "
+            f"{' '.join(packages)} (under a minute)")
         subprocess.run(["cp", "-a", "--reflink=auto", f"{base}/.", str(work)], check=True, capture_output=True)
         (work / nspawn.STAMP_NAME).unlink()
         result = subprocess.run(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-ec", _APT_SCRIPT, "sh", *SPEECH_PACKAGES],
+            ["unshare", "--mount", "--propagation", "private", "sh", "-ec", _APT_SCRIPT, "sh", *packages],
             env={"PATH": nspawn.PATH, "ROOT": str(work)}, stdin=subprocess.DEVNULL, capture_output=True, text=True,
             timeout=1800)
         if result.returncode != 0:
             raise RuntimeError(f"apt-get install in {work} failed ({result.returncode}):\n"
                                f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
 
-    return nspawn.build_cached(SPEECH_ROOTFS, speech_stamp_text(), install)
+    return nspawn.build_cached(name, stamp, install)
 
 
 # --- the user's manager, its units --------------------------------------------
@@ -245,3 +277,228 @@ def prepare(ct, user=KIOSK_USER):
     times["Xvfb unit → socket"] = start_xvfb(ct, user)
     configure_speech(ct, user)
     return times
+
+
+# --- the locked kiosk that speaks through the session agent -------------------
+#
+# test_agent_speech.py: system mode (guidedaccessd.service, dconf) with the
+# session agent enabled for every user, a headless sway with Xwayland as the
+# kiosk user's compositor, PipeWire with a null sink `speech` as the only
+# (so default) sink, speech-dispatcher speaking through pulse into it, and
+# parec recording its monitor.
+
+# The service's configuration: the dconf backend, the agent admitted for the
+# kiosk user (no seat0 session in a container), and outside a session the
+# kiosk user's own values writable, so that the session's lock shows.
+AGENT_CONFIG = f"""\
+[Service]
+Backend=dconf
+
+[Agent]
+AllowUsers={KIOSK_USER}
+
+[Dconf]
+LockOutsideSession=false
+"""
+
+AGENT_UNIT = "guidedaccess-agent.service"
+SWAY_UNIT = "guidedaccess-test-sway.service"
+SWAY_CONFIG_PATH = "/etc/guidedaccess-test/sway.conf"
+# `xwayland enable`: sway holds X socket :0 and starts Xwayland when the
+# first X client (Orca's xkbcomp) connects.
+SWAY_CONFIG = """\
+xwayland enable
+output HEADLESS-1 resolution 1280x800
+"""
+# Until the pulse server answers with the speech sink as its default, that
+# is, WirePlumber runs its policy: a stream that appears before (parec's,
+# speech-dispatcher's) may never be linked ("pending linkable(s) not
+# activated in 20sec", WirePlumber 0.4.13), and speech-dispatcher's module
+# then hangs in INIT. Seen at about one login in six without this wait.
+WAIT_FOR_SOUND_SERVER = ("/bin/sh -c 'for i in $(seq 200); do pactl info 2>/dev/null | grep -q \"Default Sink: speech\" "
+                         "&& exit 0; sleep 0.05; done; exit 1'")
+# The kiosk's compositor, started by the user's manager at login, as a
+# kiosk session would; after the sound server (so that the screen reader,
+# which the agent starts once the display is there, finds it ready).
+# WAYLAND_DISPLAY and DISPLAY are given to no one: the agent finds them
+# from the sockets (SessionProbe).
+SWAY_SERVICE = f"""\
+[Unit]
+Description=Headless sway for the agent test
+Wants=pipewire-pulse.service wireplumber.service
+After=pipewire-pulse.service wireplumber.service guidedaccess-test-parec.service
+[Service]
+Environment=WLR_BACKENDS=headless WLR_LIBINPUT_NO_DEVICES=1 WLR_RENDERER=pixman
+ExecStartPre={WAIT_FOR_SOUND_SERVER}
+ExecStart=/usr/bin/sway --config {SWAY_CONFIG_PATH}
+[Install]
+WantedBy=default.target
+"""
+# A null sink from PipeWire's start (pactl's module would come too late
+# after a reboot): the only sink, so WirePlumber makes it the default.
+SPEECH_SINK_CONF = """\
+context.objects = [
+    { factory = adapter
+      args = {
+          factory.name     = support.null-audio-sink
+          node.name        = "speech"
+          node.description = "Speech (test sink)"
+          media.class      = "Audio/Sink"
+          audio.position   = [ MONO ]
+          monitor.channel-volumes = true
+      }
+    }
+]
+"""
+SPEECHD_CONF_PULSE = SPEECHD_CONF.replace('AudioOutputMethod "alsa"\nAudioALSADevice "null"\n',
+                                          'AudioOutputMethod "pulse"\n')
+assert SPEECHD_CONF_PULSE != SPEECHD_CONF
+RECORDER_UNIT = "guidedaccess-test-parec.service"
+RECORDING_RATE = 22050
+RECORDING = f"/home/{KIOSK_USER}/speech.wav"
+# What reaches the speech sink, recorded from the monitor (20 ms latency:
+# the default loses seconds at the end); each start begins a new file.
+# Enabled for the kiosk user, it records from the login on.
+RECORDER_SERVICE = f"""\
+[Unit]
+Description=Speech recorder for the agent test
+Wants=pipewire-pulse.service wireplumber.service
+After=pipewire-pulse.service wireplumber.service
+StartLimitIntervalSec=0
+[Service]
+Restart=on-failure
+RestartSec=200ms
+ExecStartPre={WAIT_FOR_SOUND_SERVER}
+ExecStart=/usr/bin/parec -d speech.monitor --latency-msec=20 --file-format=wav --rate={RECORDING_RATE} \\
+    --channels=1 --format=s16le %h/speech.wav
+[Install]
+WantedBy=default.target
+"""
+
+# Run in the container with python3: RMS of each 10 ms window of the
+# recording (s16le mono) from SINCE (seconds since the epoch) on, timed from
+# its end: the file's mtime is its last write, parec writing every 20 ms.
+# Prints JSON {"end": t, "windows": [[t, rms], ...]}.
+_WINDOWS_SCRIPT = r"""
+import json, math, os, struct, sys
+path, since = sys.argv[1], float(sys.argv[2])
+with open(path, "rb") as f:
+    head = f.read(4096)
+    start = head.find(b"data") + 8
+    rate = struct.unpack("<I", head[24:28])[0]
+    st = os.fstat(f.fileno())
+    end = st.st_mtime_ns / 1e9
+    total = (st.st_size - start) // 2
+    first = min(total, max(0, total - int((end - since) * rate)))
+    f.seek(start + 2 * first)
+    pcm = f.read(2 * (total - first))
+n = len(pcm) // 2
+samples = struct.unpack(f"<{n}h", pcm[:2 * n])
+win = rate // 100
+windows = []
+for k in range(0, n - win + 1, win):
+    chunk = samples[k:k + win]
+    windows.append([round(end - (total - first - k) / rate, 4), round(math.sqrt(sum(s * s for s in chunk) / win), 1)])
+print(json.dumps({"end": end, "windows": windows}))
+"""
+# RMS (of 32767) above which a 10 ms window is sound: the null sink's
+# silence is exactly 0, espeak-ng's speech some thousands.
+LOUD = 100.0
+
+
+def prepare_agent_kiosk(ct, user=KIOSK_USER):
+    """System mode as an administrator sets up a locked kiosk that speaks:
+    the kiosk user, the dconf profile line, AGENT_CONFIG, guidedaccessd.service
+    enabled and started, the agent enabled for every user (`systemctl
+    --global enable`), sway enabled the same way, PipeWire's null sink, and
+    the kiosk user's speechd.conf (pulse). Nobody has logged in yet.
+    Returns {step: seconds}."""
+    started = time.monotonic()
+    add_user(ct, user)
+    ct.run(["guidedaccess-dconf-profile"])
+    ct.sh("mkdir -p /etc/guidedaccess && cat > /etc/guidedaccess/guidedaccess.conf", input=AGENT_CONFIG)
+    ct.sh(f"mkdir -p {SWAY_CONFIG_PATH.rsplit('/', 1)[0]} && cat > {SWAY_CONFIG_PATH}", input=SWAY_CONFIG)
+    ct.sh(f"mkdir -p /etc/systemd/user && cat > /etc/systemd/user/{SWAY_UNIT}", input=SWAY_SERVICE)
+    ct.sh(f"cat > /etc/systemd/user/{RECORDER_UNIT}", input=RECORDER_SERVICE)
+    ct.sh("mkdir -p /etc/pipewire/pipewire.conf.d && cat > /etc/pipewire/pipewire.conf.d/speech-sink.conf",
+          input=SPEECH_SINK_CONF)
+    ct.sh("mkdir -p ~/.config/speech-dispatcher && cat > ~/.config/speech-dispatcher/speechd.conf", user=user,
+          input=SPEECHD_CONF_PULSE)
+    ct.run(["busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig"])
+    ct.run(["systemctl", "daemon-reload"])
+    ct.run(["systemctl", "enable", "--now", "guidedaccessd.service"])
+    ct.run(["systemctl", "--global", "enable", AGENT_UNIT, SWAY_UNIT])
+    return {"system mode, agent and sway enabled": time.monotonic() - started}
+
+
+def start_recording(ct, user=KIOSK_USER):
+    """RECORDER_UNIT (re)started: parec on the speech sink's monitor into
+    RECORDING, a new file; returns once it writes."""
+    systemctl(ct, "restart", RECORDER_UNIT, user=user)
+    wait_for_recording(ct)
+
+
+def wait_for_recording(ct, since=0.0):
+    """Waits until RECORDING has been written after SINCE (seconds since the epoch)."""
+    def writing():
+        out = ct.run(["stat", "-c", "%s %.9Y", RECORDING], check=False).stdout.split()
+        return out and int(out[0]) > 4096 and float(out[1]) > since
+
+    wait_for(writing, f"parec writing {RECORDING}", timeout=15)
+
+
+def sound(ct, since, path=RECORDING):
+    """(end of the recording, [(time, rms)] of its 10 ms windows from SINCE)."""
+    out = ct.run(["python3", "-c", _WINDOWS_SCRIPT, path, repr(since)]).stdout
+    found = json.loads(out)
+    return found["end"], [tuple(w) for w in found["windows"]]
+
+
+def wait_for_sound(ct, since, timeout=10.0):
+    """The time of the first loud window after SINCE, once there is one."""
+    def onset():
+        _, windows = sound(ct, since)
+        return next((t for t, rms in windows if rms > LOUD), None)
+
+    return wait_for(onset, f"sound on the speech sink after {since}", timeout=timeout, interval=0.25)
+
+
+def last_sound(ct, since, quiet_for):
+    """Waits until the recording reaches QUIET_FOR seconds past SINCE; returns
+    (the time of the last loud window after SINCE or None, the loudest RMS
+    in the last QUIET_FOR/2 seconds)."""
+    wait_for(lambda: sound(ct, since + quiet_for)[0] > since + quiet_for + 0.05, "the recording to go on",
+             timeout=quiet_for + 10, interval=0.2)
+    end, windows = sound(ct, since)
+    loud = [t for t, rms in windows if rms > LOUD]
+    tail = [rms for t, rms in windows if t > end - quiet_for / 2]
+    return (loud[-1] if loud else None), max(tail, default=0.0)
+
+
+def user_processes(ct, pattern, uid=KIOSK_UID):
+    """[(pid, unit cgroup, command line)] of the processes in user@UID's
+    cgroup tree whose command line holds PATTERN."""
+    out = ct.sh(
+        f"find /sys/fs/cgroup/user.slice/user-{uid}.slice -name cgroup.procs | while read f; do "
+        "  for p in $(cat $f); do printf '%s %s %s\\n' $p \"$(dirname $f)\" \"$(tr '\\0' ' ' < /proc/$p/cmdline)\"; "
+        "  done; done 2>/dev/null || true").stdout
+    found = []
+    for line in out.splitlines():
+        pid, cgroup, command = (line.split(" ", 2) + [""])[:3]
+        if pattern in command:
+            found.append((int(pid), cgroup.removeprefix("/sys/fs/cgroup"), command.strip()))
+    return found
+
+
+def journal(ct, args, user=None):
+    """[(seconds since the epoch, pid, message)] of `journalctl -o json ARGS`."""
+    out = ct.run(["journalctl", "--no-pager", "-o", "json", *args], user=user, check=False).stdout
+    entries = []
+    for line in out.splitlines():
+        entry = json.loads(line)
+        message = entry.get("MESSAGE")
+        if not isinstance(message, str):
+            continue
+        stamp = entry.get("_SOURCE_REALTIME_TIMESTAMP") or entry["__REALTIME_TIMESTAMP"]
+        entries.append((int(stamp) / 1e6, int(entry.get("_PID", 0)), message))
+    return entries
