@@ -246,6 +246,18 @@ public actor Connection {
         return try await call(message, timeout: timeout).arguments()
     }
 
+    /// `org.freedesktop.DBus.Properties.Get` of another peer's property:
+    /// its value, or nil when the call fails or takes longer than `timeout`.
+    public func property(
+        _ name: String, of interface: String, at path: ObjectPath, on destination: String, timeout: Duration
+    ) async -> DBusValue? {
+        let reply = try? await call(
+            destination: destination, path: path, interface: "org.freedesktop.DBus.Properties", member: "Get",
+            [.string(interface), .string(name)], timeout: timeout)
+        guard case .variant(let value)? = reply?.first else { return nil }
+        return value
+    }
+
     /// Emits a signal from `path` (to `destination` only, when given). The
     /// object at `path` must declare it with this signature (see `export`).
     public func emit(

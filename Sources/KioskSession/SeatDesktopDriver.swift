@@ -158,11 +158,7 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
     /// one, or nil (no logind, no active session, no answer within 2 s).
     private nonisolated(nonsending) func activeSeatSession() async -> SeatSession? {
         func property(_ path: ObjectPath, _ interface: String, _ name: String) async -> DBusValue? {
-            let reply = try? await connection.call(
-                destination: Self.login1, path: path, interface: "org.freedesktop.DBus.Properties", member: "Get",
-                [.string(interface), .string(name)], timeout: .seconds(2))
-            guard case .variant(let value)? = reply?.first else { return nil }
-            return value
+            await connection.property(name, of: interface, at: path, on: Self.login1, timeout: .seconds(2))
         }
         guard case .structure(let active)? = await property(Self.seatPath, "org.freedesktop.login1.Seat", "ActiveSession"),
             active.count == 2, case .objectPath(let path) = active[1], path.rawValue != "/"

@@ -116,11 +116,7 @@ public actor AgentService {
     /// Whether logind's active session on seat0 is this process's user's.
     private func seatIsOurs() async -> Bool {
         func property(_ path: ObjectPath, _ interface: String, _ name: String) async -> DBusValue? {
-            let reply = try? await connection.call(
-                destination: Self.login1, path: path, interface: "org.freedesktop.DBus.Properties", member: "Get",
-                [.string(interface), .string(name)], timeout: .seconds(2))
-            guard case .variant(let value)? = reply?.first else { return nil }
-            return value
+            await connection.property(name, of: interface, at: path, on: Self.login1, timeout: .seconds(2))
         }
         guard
             case .structure(let active)? = await property(
