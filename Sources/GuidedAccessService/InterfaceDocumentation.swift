@@ -100,8 +100,9 @@ enum InterfaceDocumentation {
         agent, the agent's.
         """,
         "Agent": """
-        (1.2) The user name of the registered session agent; empty when none is registered, and always \
-        in user mode, where the service is its own agent.
+        (1.2) The user name of the registered session agent, set once the service has read what it \
+        delivers (with SupportedFeatures and Desktop, in one PropertiesChanged); empty when none is \
+        registered, and always in user mode, where the service is its own agent.
         """,
         "Backend": "The settings backend: gsettings, dconf or memory.",
         "Version": "The service's version.",

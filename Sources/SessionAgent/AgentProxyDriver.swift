@@ -105,7 +105,10 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
 
     // MARK: Registration
 
-    package var agentUser: String { agent?.user ?? "" }
+    /// The registered agent's user once what it delivers is known (its
+    /// properties read), so that `Agent` and `SupportedFeatures` change
+    /// together: a client that sees the agent finds its features.
+    package var agentUser: String { view == nil ? "" : agent?.user ?? "" }
 
     package func follow(_ handler: @escaping (AgentChange) -> Void) {
         followers.append(handler)
