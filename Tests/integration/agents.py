@@ -22,6 +22,7 @@ stands in for the system bus.
 Written against docs/dbus-api.md ("Session agents (1.2)").
 """
 
+import atexit
 import os
 import pwd
 import shutil
@@ -48,6 +49,26 @@ echo $$ >> "{pids}"
 sleep 0.5
 exit 3
 """
+
+
+_COPIES = Path(tempfile.gettempdir()) / f"ga-agent-files-{os.getpid()}"
+
+
+def readable(path):
+    """A copy of one of our files (the daemon, fake_agent.py) that every
+    user may read and run: the checkout may be below a directory only root
+    may enter (/root on a fresh machine). One copy per test run."""
+    path = Path(path)
+    copy = _COPIES / path.name
+    if not copy.exists() or copy.stat().st_mtime != path.stat().st_mtime:
+        _COPIES.mkdir(exist_ok=True)
+        os.chmod(_COPIES, 0o755)
+        shutil.copy2(path, copy)
+        os.chmod(copy, 0o755)
+    return copy
+
+
+atexit.register(shutil.rmtree, _COPIES, ignore_errors=True)
 
 
 class AgentSession:
@@ -144,7 +165,8 @@ class Agent:
 
     def __init__(self, session, extra_args=()):
         self.session = session
-        self.argv = [*session.as_user(), str(DAEMON_BINARY), "--agent", "--config", str(session.config), *extra_args]
+        self.argv = [*session.as_user(), str(readable(DAEMON_BINARY)), "--agent", "--config", str(session.config),
+                     *extra_args]
         self.log_path = session.root / f"agent-{len(session.agents)}.log"
         self._log = open(self.log_path, "ab")
         self.process = None
@@ -197,7 +219,7 @@ class FakeAgent:
         entry = pwd.getpwnam(user)
         self.calls_path = self.root / "calls"
         argv = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups", "--",
-                "/usr/bin/python3", str(HERE / "fake_agent.py"), str(self.calls_path), str(apply_delay),
+                "/usr/bin/python3", str(readable(HERE / "fake_agent.py")), str(self.calls_path), str(apply_delay),
                 "exit" if exit_in_apply else "answer"]
         self._log = open(self.root / "log", "wb")
         self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log,

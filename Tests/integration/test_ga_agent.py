@@ -18,7 +18,7 @@ import time
 import dbus
 import pytest
 
-from agents import AgentSession, FakeAgent
+from agents import AgentSession, FakeAgent, readable
 from conftest import LOGIND, seat_session, start_guidedaccessd
 from gadaemon import DAEMON_BINARY, GA_ERROR, Recorder, pump
 
@@ -382,14 +382,14 @@ def test_the_agent_and_the_user_mode_service_never_both_act_for_one_session(ga_e
     rec = Recorder(ga_env)
     wait_prop(rec, "Agent", lambda user: user == "nobody")
     user_service = subprocess.run(
-        [*session.as_user(), str(DAEMON_BINARY), "--user", "--address", session.address],
+        [*session.as_user(), str(readable(DAEMON_BINARY)), "--user", "--address", session.address],
         env=session.env, capture_output=True, text=True, timeout=20)
     assert user_service.returncode == 78, user_service.stderr
     assert "the session agent" in user_service.stderr, user_service.stderr
     agent.stop()
     # The other way round: the user-mode service first.
     service = subprocess.Popen(
-        [*session.as_user(), str(DAEMON_BINARY), "--user", "--address", session.address],
+        [*session.as_user(), str(readable(DAEMON_BINARY)), "--user", "--address", session.address],
         env=session.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: service.poll() is not None or subprocess.run(
