@@ -1,4 +1,6 @@
+import CLinux
 import DBus
+import Glibc
 import GuidedAccessAPI
 import GuidedAccessCore
 import Logging
@@ -15,14 +17,23 @@ import Synchronization
 /// documents. When the look goes, every page is put back, then let go.
 ///
 /// Connecting: at start, when a session needs the browser (then again with
-/// back-off, 0.1 s doubling to 5 s, for as long as it does), and when a
-/// client asks what is supported (`lookIfAbsent`, at most once a second).
-/// No timer runs while no session needs it.
+/// back-off, 0.1 s doubling to 5 s, for as long as it does; the back-off
+/// starts again only after a connection has held `steadyConnection`), and
+/// when a client asks what is supported (`lookIfAbsent`, at most once a
+/// second). No timer runs while no session needs it.
+///
+/// Bounded whatever the peer does: only to a socket of the service's own
+/// user (`DevToolsClient.open`), a bounded read per wake-up and bounded
+/// queues (`LoopbackStream`, `DevToolsClient`), at most `pageLimit` pages,
+/// log lines rate-limited (`PeerLog`), and the memory a connection took
+/// given back to the system when it goes.
 public actor BrowserLayer {
     public nonisolated let endpoint: DevToolsEndpoint
     private nonisolated let loop: EventLoop
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
-    private let logger: Logger
+    private let log: PeerLog
+    /// The user the kiosk's browser runs as: this process's.
+    private nonisolated let owner = geteuid()
 
     /// The look the session wants in every page; nil: none.
     private var look: BrowserLook?
@@ -34,6 +45,7 @@ public actor BrowserLayer {
     private var lastProblem: String?
     private var retry: Task<Void, Never>?
     private var backoff = BrowserLayer.firstBackoff
+    private var connectedAt: ContinuousClock.Instant?
     /// Pages may hold a style sheet a service before this one left (it was
     /// killed, or lost the browser mid-session): removed once connected.
     private var leftoversPossible = false
@@ -45,6 +57,12 @@ public actor BrowserLayer {
     private var onChange: (@Sendable () -> Void)?
 
     static let firstBackoff: Duration = .milliseconds(100)
+    /// A connection that held this long resets the back-off: one that
+    /// breaks sooner (a browser crashing as it starts, a peer that flaps)
+    /// is retried ever more slowly.
+    static let steadyConnection: Duration = .seconds(10)
+    /// Pages attached at once: the rest are left as they are.
+    static let pageLimit = 64
     static let maxBackoff: Duration = .seconds(5)
     static let openTimeout: Duration = .seconds(2)
     static let commandTimeout: Duration = .seconds(3)
@@ -68,7 +86,7 @@ public actor BrowserLayer {
     public init(endpoint: DevToolsEndpoint, loop: EventLoop, logger: Logger) {
         self.endpoint = endpoint
         self.loop = loop
-        self.logger = logger
+        self.log = PeerLog(logger)
     }
 
     // MARK: What the service asks
@@ -131,15 +149,15 @@ public actor BrowserLayer {
     private func connect() async -> Bool {
         do throws(DevToolsFailure) {
             let client = try await DevToolsClient.open(
-                endpoint, loop: loop, timeout: Self.openTimeout, logger: logger,
+                endpoint, loop: loop, timeout: Self.openTimeout, owner: owner, log: log,
                 onEvent: { [weak self] event in self?.assumeIsolated { $0.handle(event) } },
                 onClose: { [weak self] reason in self?.assumeIsolated { $0.lost(reason) } })
             connecting = nil
             self.client = client
             isConnected = true
-            backoff = Self.firstBackoff
+            connectedAt = .now
             lastProblem = nil
-            logger.notice("browser layer: connected to \(client.browserVersion) at \(endpoint)")
+            log.log(.notice, "browser layer: connected to \(client.browserVersion) at \(endpoint)")
             onChange?()
             // Not awaited: a call that connected first waits for the pages
             // once, in its own `show`, within its own limit.
@@ -149,7 +167,7 @@ public actor BrowserLayer {
             connecting = nil
             if lastProblem != error.description {
                 lastProblem = error.description
-                logger.info("browser layer: no browser at \(endpoint): \(error)")
+                log.log(.info, "browser layer: no browser at \(endpoint): \(error)")
             }
             if look != nil { scheduleRetry() }
             return false
@@ -179,7 +197,12 @@ public actor BrowserLayer {
         autoAttached = false
         attaching = nil
         pages = [:]
-        logger.warning("browser layer: lost the browser at \(endpoint): \(reason)")
+        if let connectedAt, ContinuousClock.now - connectedAt >= Self.steadyConnection { backoff = Self.firstBackoff }
+        connectedAt = nil
+        log.log(.warning, "browser layer: lost the browser at \(endpoint): \(reason)")
+        // What the connection took (its buffers, its pages) goes back to the
+        // system, not only to malloc's free lists.
+        malloc_trim(0)
         onChange?()
         if look != nil {
             scheduleRetry()
@@ -253,7 +276,7 @@ public actor BrowserLayer {
                 "Target.setAutoAttach",
                 [("autoAttach", .bool(false)), ("waitForDebuggerOnStart", .bool(false)), ("flatten", .bool(true))])
         } catch {
-            logger.warning("browser layer: letting go of the pages: \(error)")
+            log.log(.warning, "browser layer: letting go of the pages: \(error)")
         }
     }
 
@@ -335,14 +358,14 @@ public actor BrowserLayer {
                         timeout: Self.commandTimeout)
                 } catch {
                     guard pages[session] != nil, self.client === client else { throw error }
-                    logger.debug("browser layer: page \(page.targetID): the current document did not take the style: \(error)")
+                    log.log(.debug, "browser layer: page \(page.targetID): the current document did not take the style: \(error)")
                 }
             }
             pages[session]?.known = true
             pages[session]?.shown = look
         } catch {
             guard pages[session] != nil, self.client === client else { return }  // closed, or the connection went
-            logger.warning("browser layer: page \(page.targetID) left out: \(error)")
+            log.log(.warning, "browser layer: page \(page.targetID) left out: \(error)")
             pages[session] = nil
             detach(session, client)
         }
@@ -366,7 +389,13 @@ public actor BrowserLayer {
                 if let client { detach(session, client) }
                 return
             }
-            pages[session] = Page(targetID: bounded(info["targetId"]?.string ?? "?"))
+            guard pages.count < Self.pageLimit else {
+                // Left attached and untouched (detaching costs a command
+                // each); letting go of the pages detaches it with the rest.
+                log.log(.warning, "browser layer: more than \(Self.pageLimit) pages; page \(bounded(info["targetId"]?.string ?? "?", 40)) left out")
+                return
+            }
+            pages[session] = Page(targetID: bounded(info["targetId"]?.string ?? "?", 40))
             _ = update(session)
         case "Target.detachedFromTarget":
             guard let session = event.params["sessionId"]?.string else { return }

@@ -62,29 +62,41 @@ actor DevToolsClient {
     /// Messages longer than this are skipped unread (an event about a page
     /// with a huge `data:` URL); the replies the layer waits for are small.
     static let messageLimit = 1 << 20
+    /// Bytes of commands waiting to go out: a browser that does not read
+    /// them is taken for gone past this.
+    static let outboxLimit = 256 << 10
+    /// Commands waiting for their answer: more fail at once (a browser
+    /// that answers none of them must not grow the service).
+    static let pendingLimit = 256
 
     private let stream: LoopbackStream
     private var decoder = WebSocket.Decoder(limit: DevToolsClient.messageLimit)
     private var nextID = 1
     private var pending: [Int: (continuation: CheckedContinuation<JSON, Error>, timer: Task<Void, Never>)] = [:]
     private var failure: DevToolsFailure?
-    /// Frames waiting for the one writer (`send`).
+    /// Frames waiting for the one writer (`send`), from `outboxHead` on,
+    /// `outboxBytes` in all.
     private var outbox: [[UInt8]] = []
+    private var outboxHead = 0
+    private var outboxBytes = 0
+    /// The pong for the latest ping not answered yet: one at most (RFC 6455
+    /// 5.5.3 lets an endpoint answer only the latest).
+    private var pong: [UInt8]?
     private var writing = false
     private let onEvent: @Sendable (DevToolsEvent) -> Void
     private let onClose: @Sendable (DevToolsFailure) -> Void
-    private let logger: Logger
+    private let log: PeerLog
     /// The browser's product and version, from `/json/version`.
     let browserVersion: String
 
     private init(
-        stream: LoopbackStream, loop: EventLoop, browserVersion: String, logger: Logger,
+        stream: LoopbackStream, loop: EventLoop, browserVersion: String, log: PeerLog,
         onEvent: @escaping @Sendable (DevToolsEvent) -> Void, onClose: @escaping @Sendable (DevToolsFailure) -> Void
     ) {
         self.stream = stream
         self.loop = loop
         self.browserVersion = browserVersion
-        self.logger = logger
+        self.log = log
         self.onEvent = onEvent
         self.onClose = onClose
     }
@@ -92,8 +104,14 @@ actor DevToolsClient {
     /// Connects to the browser target at `endpoint` within `timeout`.
     /// `onEvent` and `onClose` run on the loop, in the order the browser
     /// sent; `onClose` once, when the connection ends for any reason but `close()`.
+    ///
+    /// Only to the kiosk's browser: the socket that answers must belong to
+    /// the user the service runs as (`owner`; the kernel says whose it is),
+    /// else nothing is sent to it. Any local user can listen on a loopback
+    /// port the browser does not hold (before it starts, after it dies, or
+    /// on 127.0.0.1 while Chromium falls back to [::1]).
     nonisolated(nonsending) static func open(
-        _ endpoint: DevToolsEndpoint, loop: EventLoop, timeout: Duration, logger: Logger,
+        _ endpoint: DevToolsEndpoint, loop: EventLoop, timeout: Duration, owner: UInt32, log: PeerLog,
         onEvent: @escaping @Sendable (DevToolsEvent) -> Void, onClose: @escaping @Sendable (DevToolsFailure) -> Void
     ) async throws(DevToolsFailure) -> DevToolsClient {
         let version = LoopbackStream(loop: loop)
@@ -102,6 +120,7 @@ actor DevToolsClient {
         let (path, product): (String, String)
         do throws(DevToolsFailure) {
             try await version.connect(to: endpoint)
+            try await checkOwner(version, endpoint, owner)
             (path, product) = try await browserTarget(endpoint, version)
         } catch {
             throw watchdog.fired ? DevToolsFailure("no answer from \(endpoint) within \(timeout)") : error
@@ -114,13 +133,14 @@ actor DevToolsClient {
         let rest: [UInt8]
         do throws(DevToolsFailure) {
             try await stream.connect(to: endpoint)
+            try await checkOwner(stream, endpoint, owner)
             rest = try await upgrade(endpoint, path, stream)
         } catch {
             stream.close()
             throw handshakeWatchdog.fired ? DevToolsFailure("no WebSocket from \(endpoint) within \(timeout)") : error
         }
         let client = DevToolsClient(
-            stream: stream, loop: loop, browserVersion: product, logger: logger, onEvent: onEvent, onClose: onClose)
+            stream: stream, loop: loop, browserVersion: product, log: log, onEvent: onEvent, onClose: onClose)
         await client.run(after: rest)
         return client
     }
@@ -131,6 +151,9 @@ actor DevToolsClient {
         _ method: String, _ params: [(String, JSON)] = [], session: String? = nil, timeout: Duration = .seconds(3)
     ) async throws(DevToolsFailure) -> JSON {
         if let failure { throw failure }
+        guard pending.count < Self.pendingLimit else {
+            throw DevToolsFailure("\(method): \(Self.pendingLimit) commands already wait for the browser's answer")
+        }
         let id = nextID
         nextID += 1
         var message: [(String, JSON)] = [("id", .number(String(id))), ("method", .string(method))]
@@ -165,22 +188,54 @@ actor DevToolsClient {
     /// time: a write that waits for room (a browser slow to read) must not
     /// have another frame's bytes cut into it.
     private func send(_ frame: [UInt8]) {
+        guard failure == nil else { return }
+        guard outboxBytes + frame.count <= Self.outboxLimit else {
+            finish(
+                DevToolsFailure("the browser does not read what the service sends (over \(Self.outboxLimit >> 10) KiB waiting)"),
+                notify: true)
+            return
+        }
         outbox.append(frame)
+        outboxBytes += frame.count
+        startWriting()
+    }
+
+    /// Queues the answer to a ping, in place of one not sent yet.
+    private func sendPong(_ payload: [UInt8]) {
+        guard failure == nil else { return }
+        pong = WebSocket.frame(.pong, payload)
+        startWriting()
+    }
+
+    private func startWriting() {
         guard !writing else { return }
         writing = true
         Task(executorPreference: loop) { await self.writeOut() }
     }
 
     private func writeOut() async {
-        while failure == nil, !outbox.isEmpty {
-            let frame = outbox.removeFirst()
+        while failure == nil {
+            let frame: [UInt8]
+            if let pong {
+                frame = pong
+                self.pong = nil
+            } else if outboxHead < outbox.count {
+                frame = outbox[outboxHead]
+                outboxHead += 1
+                outboxBytes -= frame.count
+                if outboxHead == outbox.count {
+                    outbox.removeAll(keepingCapacity: outbox.capacity <= 64)
+                    outboxHead = 0
+                }
+            } else {
+                break
+            }
             do throws(DevToolsFailure) {
                 try await stream.write(frame)
             } catch {
                 finish(error, notify: true)
             }
         }
-        outbox = []
         writing = false
     }
 
@@ -221,8 +276,8 @@ actor DevToolsClient {
             switch incoming {
             case .text(let bytes): try handle(bytes)
             case .skipped(let length):
-                logger.warning("browser layer: skipped a DevTools message of \(length) bytes (limit \(Self.messageLimit))")
-            case .ping(let payload): send(WebSocket.frame(.pong, payload))
+                log.log(.warning, "browser layer: skipped a DevTools message of \(length) bytes (limit \(Self.messageLimit))")
+            case .ping(let payload): sendPong(payload)
             case .pong: break
             case .close: throw DevToolsFailure("the browser closed the WebSocket")
             }
@@ -240,6 +295,10 @@ actor DevToolsClient {
         guard failure == nil else { return }
         failure = reason
         stream.close()
+        outbox = []
+        outboxHead = 0
+        outboxBytes = 0
+        pong = nil
         let waiting = pending
         pending = [:]
         for (_, entry) in waiting {
@@ -250,6 +309,19 @@ actor DevToolsClient {
     }
 
     // MARK: The opening, over HTTP
+
+    private nonisolated(nonsending) static func checkOwner(
+        _ stream: LoopbackStream, _ endpoint: DevToolsEndpoint, _ owner: UInt32
+    ) async throws(DevToolsFailure) {
+        guard let found = await stream.peerOwner(endpoint) else {
+            throw DevToolsFailure(
+                "cannot tell whose socket answers there (not in /proc/net/tcp\(endpoint.isIPv6 ? "6" : "")): not connected")
+        }
+        guard found == owner else {
+            throw DevToolsFailure(
+                "its socket belongs to uid \(found), not to uid \(owner) that the browser layer runs as: not the kiosk's browser")
+        }
+    }
 
     /// `GET /json/version`: the browser target's WebSocket path (checked to
     /// be on this endpoint) and the browser's product name.
@@ -302,7 +374,7 @@ actor DevToolsClient {
         else {
             throw DevToolsFailure("/json/version: the browser's WebSocket '\(bounded(url))' is not \(prefix)ID")
         }
-        return ("/devtools/browser/" + id, bounded(version["Browser"]?.string ?? "a browser"))
+        return ("/devtools/browser/" + id, bounded(version["Browser"]?.string ?? "a browser", 80))
     }
 
     /// The WebSocket opening handshake; what the browser sent after it.
@@ -386,8 +458,8 @@ private final class Watchdog: @unchecked Sendable {
 
 /// At most 200 characters of what the browser sent, for a log line (the
 /// daemon's log handler escapes what it writes).
-func bounded(_ text: String) -> String {
-    text.count <= 200 ? text : text.prefix(200) + "…"
+func bounded(_ text: String, _ limit: Int = 200) -> String {
+    text.count <= limit ? text : text.prefix(limit) + "…"
 }
 
 extension JSON {

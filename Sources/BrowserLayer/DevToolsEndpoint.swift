@@ -20,6 +20,7 @@ public struct DevToolsEndpoint: Hashable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { "http://\(host):\(port)" }
+    var isIPv6: Bool { address == .ipv6Loopback }
     /// The `Host` header (and the authority the browser's WebSocket URL must have).
     public var authority: String { "\(host):\(port)" }
 

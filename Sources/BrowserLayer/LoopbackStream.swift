@@ -26,6 +26,12 @@ final class LoopbackStream: @unchecked Sendable {
     private var readWaiter: CheckedContinuation<Void, Error>?
     private var writeWaiter: CheckedContinuation<Void, Error>?
     private var closed = false
+    /// Reads since the last wait for epoll: a peer that always has more to
+    /// send must not keep the loop's thread (`read`).
+    private var readsWithoutWait = 0
+    /// Reads of a full buffer allowed before the stream waits for epoll
+    /// once, so that whatever else is ready runs first.
+    static let readsPerWakeUp = 4
 
     init(loop: EventLoop) { self.loop = loop }
 
@@ -75,17 +81,99 @@ final class LoopbackStream: @unchecked Sendable {
         }
     }
 
+    /// The user owning the socket at the other end of this connection, as
+    /// the kernel's socket tables (`/proc/net/tcp`, `tcp6`) say: the peer's
+    /// own words are not asked. The connection's far end is the socket whose
+    /// local address is `endpoint` and whose remote address is ours; a
+    /// socket still in the listener's accept queue has the listener's owner.
+    /// Looked for a few times (the far end is made as the handshake's last
+    /// packet arrives); nil when it cannot be found.
+    nonisolated(nonsending) func peerOwner(_ endpoint: DevToolsEndpoint) async -> UInt32? {
+        var address = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard named == 0 else { return nil }
+        let ours: (address: String, port: UInt16)
+        let table: String
+        switch endpoint.address {
+        case .ipv4:
+            table = "/proc/net/tcp"
+            ours = withUnsafeBytes(of: &address) { raw in
+                let a = raw.load(as: sockaddr_in.self)
+                return (Self.tableHex(withUnsafeBytes(of: a.sin_addr) { Array($0) }), UInt16(bigEndian: a.sin_port))
+            }
+        case .ipv6Loopback:
+            table = "/proc/net/tcp6"
+            ours = withUnsafeBytes(of: &address) { raw in
+                let a = raw.load(as: sockaddr_in6.self)
+                return (Self.tableHex(withUnsafeBytes(of: a.sin6_addr) { Array($0) }), UInt16(bigEndian: a.sin6_port))
+            }
+        }
+        let theirs: [UInt8]
+        switch endpoint.address {
+        case .ipv4(let a, let b, let c, let d): theirs = [a, b, c, d]
+        case .ipv6Loopback: theirs = withUnsafeBytes(of: in6addr_loopback) { Array($0) }
+        }
+        let local = Self.tableHex(theirs) + ":" + Self.hex(endpoint.port, width: 4)
+        let remote = ours.address + ":" + Self.hex(ours.port, width: 4)
+        for _ in 0..<20 {
+            if let owner = Self.owner(in: table, local: local, remote: remote) { return owner }
+            do { try await loop.sleep(for: .milliseconds(5)) } catch { return nil }
+        }
+        return nil
+    }
+
+    /// The uid of the socket in `table` with these addresses (as the table
+    /// writes them: `ADDRESS:PORT` in upper-case hexadecimal).
+    static func owner(in table: String, local: String, remote: String) -> UInt32? {
+        guard let text = (try? FileContents.read(table)) ?? nil else { return nil }
+        for line in String(decoding: text, as: UTF8.self).split(separator: "\n").dropFirst() {
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid …
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            guard fields.count > 7, fields[1] == local, fields[2] == remote else { continue }
+            return UInt32(fields[7])
+        }
+        return nil
+    }
+
+    /// An address as /proc/net/tcp writes it: each 32-bit word of the
+    /// address in memory order, printed as the host's (little-endian) number.
+    static func tableHex(_ bytes: [UInt8]) -> String {
+        stride(from: 0, to: bytes.count, by: 4).map { i in
+            hex(UInt32(bytes[i]) | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2]) << 16 | UInt32(bytes[i + 3]) << 24, width: 8)
+        }.joined()
+    }
+
+    static func hex<T: BinaryInteger>(_ value: T, width: Int) -> String {
+        let digits = String(value, radix: 16, uppercase: true)
+        return String(repeating: "0", count: max(0, width - digits.count)) + digits
+    }
+
     /// Reads into `buffer` as soon as something is there; how much. Throws
-    /// at the end of the stream.
+    /// at the end of the stream. Every `readsPerWakeUp` reads that found
+    /// data without waiting, it goes back to the loop once (waits for
+    /// epoll): the work a peer's stream costs per wake-up is bounded, and
+    /// D-Bus callers are answered however fast the peer sends.
     nonisolated(nonsending) func read(into buffer: inout [UInt8]) async throws(DevToolsFailure) -> Int {
+        if readsWithoutWait >= Self.readsPerWakeUp {
+            readsWithoutWait = 0
+            try await wait(readable: true)
+        }
         while true {
             guard !closed else { throw DevToolsFailure("the connection was closed") }
             let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n > 0 { return n }
+            if n > 0 {
+                readsWithoutWait += 1
+                return n
+            }
             if n == 0 { throw DevToolsFailure("the browser closed the connection") }
             switch errno {
             case EINTR: continue
-            case EAGAIN: try await wait(readable: true)
+            case EAGAIN:
+                readsWithoutWait = 0
+                try await wait(readable: true)
             default: throw DevToolsFailure("read: \(Self.errorText(errno))")
             }
         }

@@ -358,9 +358,11 @@ def test_a_message_over_the_limit_is_skipped_and_the_stream_stays_in_step(env, f
 
 def test_a_long_mixed_stream_in_random_pieces_stays_in_step(env, fake):
     """Events small and large, messages over the limit (one fragmented, a
-    ping between its fragments), pings, all cut at random places: every
-    ping is answered, every message over the limit is skipped whole, and
-    the connection stays."""
+    ping between its fragments), pings, all cut at random places: pings are
+    answered (the latest one each time the service writes: RFC 6455 5.5.3
+    lets an endpoint answer only the latest, and one pending pong is all the
+    service keeps), every message over the limit is skipped whole (its log
+    lines rate-limited), and the connection stays."""
     import random
 
     rng = random.Random(6455)
@@ -397,9 +399,13 @@ def test_a_long_mixed_stream_in_random_pieces_stays_in_step(env, fake):
             time.sleep(0.001)
     browser.inject(frame(0x9, b"end"))
     assert browser.wait(lambda: b"end" in browser.pongs, 20), f"{len(browser.pongs)} pongs of {len(pings) + 1}"
-    assert sorted(browser.pongs) == sorted(pings + [b"end"])
+    # In order, none made up, none twice; the last is the last ping's.
+    answered = browser.pongs
+    assert answered[-1] == b"end" and len(set(answered)) == len(answered), answered
+    order = {p: i for i, p in enumerate(pings + [b"end"])}
+    assert all(p in order for p in answered) and [order[p] for p in answered] == sorted(order[p] for p in answered)
     skipped = re.findall(r"skipped a DevTools message of (\d+) bytes", daemon.log())
-    assert sorted(map(int, skipped)) == sorted(big), (skipped, big)
+    assert skipped and set(map(int, skipped)) <= set(big), (skipped, big)
     assert len(browser.websockets()) == 1 and browser.live_websockets(), "the connection was lost"
     rc, err, _ = start_session(env, "zoom")
     assert rc == 0, err
@@ -575,19 +581,21 @@ def test_a_connection_closed_mid_session_reconnects_with_back_off_and_shows_the_
         browser.summary())
     assert log_line(daemon, r"lost the browser at .*: the browser closed the connection", 0)
 
-    # Closed, and then refused (HTTP 500) a while: retries 0.1 s apart, then doubling.
+    # Closed again after holding less than 10 s, and then refused (HTTP 500)
+    # a while: the back-off did not start again (a peer that flaps is
+    # retried ever more slowly), it goes on doubling from 0.2 s.
     browser.version_answer = _version("", "500 Internal Server Error")
     count = len(browser.connections)
     dropped = time.monotonic()
     browser.drop()
-    assert browser.wait(lambda: len(browser.connections) >= count + 4, 3), browser.summary()
+    assert browser.wait(lambda: len(browser.connections) >= count + 4, 4), browser.summary()
     browser.version_answer = None
     attempts = [c.opened - dropped for c in browser.connections[count:count + 4]]
     gaps = [b - a for a, b in zip([0.0] + attempts, attempts)]
-    for gap, expected in zip(gaps, [0.1, 0.2, 0.4, 0.8]):
-        assert expected * 0.8 <= gap <= expected + 0.25, f"retries {gaps}: not 0.1 s doubling"
-    # The fifth, 1.6 s after the fourth, finds the browser again.
-    assert browser.wait(lambda: len(browser.websockets()) >= 3, 2.5), browser.summary()
+    for gap, expected in zip(gaps, [0.2, 0.4, 0.8, 1.6]):
+        assert expected * 0.8 <= gap <= expected + 0.25, f"retries {gaps}: not 0.2 s doubling"
+    # The fifth, 3.2 s after the fourth, finds the browser again.
+    assert browser.wait(lambda: len(browser.websockets()) >= 3, 4.5), browser.summary()
     assert wait_showed(browser, ["PAGE1", "PAGE2"], "invert(1)", conn=browser.websockets()[-1].number)
     refused = [line for line in daemon.log().splitlines() if "HTTP status 500" in line]
     assert len(refused) == 1, f"each retry logged again: {refused}"
