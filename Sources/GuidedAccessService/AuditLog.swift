@@ -14,6 +14,9 @@ public enum AuditEvent: String, Sendable, CaseIterable {
     /// (1.2) A session agent registered; one was refused; the registered
     /// one was lost (it left the bus, or is no longer admitted).
     case agentRegistered, agentRefused, agentLost
+    /// Records that journald did not take (it was not reading: stalled,
+    /// restarting) were dropped, not waited for; written once it reads again.
+    case recordsDropped
 
     public var messageID: String {
         switch self {
@@ -27,6 +30,7 @@ public enum AuditEvent: String, Sendable, CaseIterable {
         case .agentRegistered: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a58"
         case .agentRefused: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a59"
         case .agentLost: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a5a"
+        case .recordsDropped: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a5b"
         }
     }
 
@@ -34,7 +38,7 @@ public enum AuditEvent: String, Sendable, CaseIterable {
     /// given up on an error.
     var priority: Int {
         switch self {
-        case .callDenied, .agentRefused, .agentLost: return 4
+        case .callDenied, .agentRefused, .agentLost, .recordsDropped: return 4
         case .programGaveUp: return 3
         default: return 5
         }
@@ -44,6 +48,12 @@ public enum AuditEvent: String, Sendable, CaseIterable {
 /// Sends audit records to journald over its native protocol (a datagram of
 /// `KEY=value` fields to /run/systemd/journal/socket); where journald is
 /// absent, the record goes to the log (stderr) instead.
+///
+/// Never waits for journald: a record it does not take at once (its queue
+/// is full — journald stalled or restarting, and callers refused faster
+/// than it reads) is dropped and counted, and the next record it takes is
+/// preceded by a `recordsDropped` record with the count. A service that
+/// waited would stop answering every caller.
 public struct AuditLog: Sendable {
     public let socketPath: String
     let logger: Logger
@@ -72,7 +82,20 @@ public struct AuditLog: Sendable {
             append("GUIDEDACCESS_CALLER_UNIT", caller.systemdUnit ?? "")
         }
         for (name, value) in fields.sorted(by: { $0.key < $1.key }) { append("GUIDEDACCESS_" + name, value) }
-        if !journal.send(datagram.bytes) {
+        let dropped = journal.dropped
+        if dropped > 0 {
+            let event = AuditEvent.recordsDropped
+            let report = Self.datagram([
+                ("MESSAGE", "\(dropped) audit records were not written: journald was not reading"),
+                ("MESSAGE_ID", event.messageID), ("PRIORITY", String(event.priority)),
+                ("SYSLOG_IDENTIFIER", "guidedaccessd"), ("GUIDEDACCESS_EVENT", event.rawValue),
+                ("GUIDEDACCESS_DROPPED", String(dropped)),
+            ])
+            if journal.send(report, replacing: dropped) == .sent {
+                logger.warning("audit: \(dropped) audit records were not written: journald was not reading")
+            }
+        }
+        if journal.send(datagram.bytes) == .unavailable {
             // At the record's own priority: a refusal is a warning. The
             // fields as the datagram has them (escaped), MESSAGE aside.
             let text = datagram.bytes.split(separator: UInt8(ascii: "\n")).dropFirst()
@@ -108,10 +131,23 @@ public struct AuditLog: Sendable {
 }
 
 /// A datagram socket connected to journald's, made on first use and kept;
-/// made again once when a send fails (journald restarted).
+/// made again once when a send fails (journald restarted). Non-blocking: a
+/// datagram journald has no room for is dropped and counted.
 final class JournalSocket: Sendable {
     let path: String
     private let fd = Mutex<Int32>(-1)
+    private let droppedCount = Mutex(0)
+
+    enum Outcome: Equatable {
+        case sent
+        /// journald is there but did not take it now (counted in `dropped`).
+        case dropped
+        /// No journald to send to.
+        case unavailable
+    }
+
+    /// Datagrams dropped since the last `send(_:replacing:)` that went out.
+    var dropped: Int { droppedCount.withLock { $0 } }
     /// When connecting last failed (CLOCK_MONOTONIC, seconds): no journald.
     /// Tried again a second later, not for every record.
     private let failedAt = Mutex<Int?>(nil)
@@ -124,27 +160,40 @@ final class JournalSocket: Sendable {
         fd.withLock { if $0 >= 0 { close($0) } }
     }
 
-    /// Whether journald took the datagram.
-    func send(_ datagram: [UInt8]) -> Bool {
-        fd.withLock { fd in
+    /// Sends without waiting. `replacing`: the datagram reports that many
+    /// dropped ones, and the count goes down by that much once it is sent.
+    func send(_ datagram: [UInt8], replacing reported: Int = 0) -> Outcome {
+        let outcome = fd.withLock { fd -> Outcome in
             for attempt in 0..<2 {
                 if fd < 0 || attempt > 0 {
                     if fd >= 0 { close(fd) }
                     var now = timespec()
                     clock_gettime(CLOCK_MONOTONIC, &now)
-                    if fd < 0, let failed = failedAt.withLock({ $0 }), now.tv_sec - failed < 1 { return false }
+                    if fd < 0, let failed = failedAt.withLock({ $0 }), now.tv_sec - failed < 1 { return .unavailable }
                     fd = connected()
                     guard fd >= 0 else {
                         failedAt.withLock { $0 = now.tv_sec }
-                        return false
+                        return .unavailable
                     }
                     failedAt.withLock { $0 = nil }
                 }
-                let sent = datagram.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                if sent == datagram.count { return true }
+                let sent = datagram.withUnsafeBytes {
+                    Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+                }
+                if sent == datagram.count { return .sent }
+                // journald's queue is full: it is there, only not reading.
+                if sent < 0, errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { return .dropped }
             }
-            return false
+            return .unavailable
         }
+        droppedCount.withLock { count in
+            switch outcome {
+            case .sent: count -= reported
+            case .dropped: count += reported > 0 ? 0 : 1
+            case .unavailable: break
+            }
+        }
+        return outcome
     }
 
     private func connected() -> Int32 {
@@ -155,7 +204,7 @@ final class JournalSocket: Sendable {
         withUnsafeMutableBytes(of: &address.sun_path) { buffer in
             for (i, byte) in bytes.enumerated() { buffer[i] = byte }
         }
-        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { return -1 }
         let result = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {

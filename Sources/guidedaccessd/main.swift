@@ -28,12 +28,10 @@ mallopt(M_TRIM_THRESHOLD, 128 * 1024)
 
 // Under systemd, stderr is journald's stream: lines carry their priority.
 // Either way, each event is one escaped line of bounded length.
-let logToJournal = JournalStreamLogHandler.stderrIsTheJournal
+// Neither ever waits for the reader (`StderrSink`).
+let logToJournal = StderrLogHandler.stderrIsTheJournal
 LoggingSystem.bootstrap { label in
-    var handler =
-        logToJournal
-        ? EscapingLogHandler(JournalStreamLogHandler(label: label))
-        : EscapingLogHandler(StreamLogHandler.standardError(label: label))
+    var handler = EscapingLogHandler(StderrLogHandler(label: label, journal: logToJournal))
     handler.logLevel = getenv("GUIDEDACCESS_DEBUG") != nil ? .debug : .info
     return handler
 }
