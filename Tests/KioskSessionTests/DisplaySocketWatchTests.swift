@@ -1,0 +1,65 @@
+import DBus
+import Glibc
+import Synchronization
+import Testing
+
+@testable import KioskSession
+
+@Suite struct DisplaySocketWatchTests {
+    @Test func onlyXDigitsAndWaylandDigitsAreDisplaySocketNames() {
+        for name in ["X0", "X12", "wayland-0", "wayland-17"] { #expect(DisplaySocketWatch.isDisplayName(Substring(name)), "\(name)") }
+        for name in ["X", "Xfoo", "X1.lock", "X1a", ".X0-lock", "wayland-", "wayland-0.lock", "wayland-kiosk", "x1", "XX1"] {
+            #expect(!DisplaySocketWatch.isDisplayName(Substring(name)), "\(name)")
+        }
+    }
+
+    /// /tmp/.X11-unix made after the service started (the X server came
+    /// later) is watched from then on; other names there do not count; a
+    /// churn of display names is reported a few times a second at most.
+    @Test func aDirectoryMadeAfterTheStartIsWatchedAndAChurnIsCoalesced() throws {
+        let loop = EventLoop.spawn()
+        var template = Array("/tmp/ga-watch-XXXXXX".utf8CString)
+        let root = String(cString: try #require(mkdtemp(&template)))
+        defer { _ = system("rm -rf '\(root)'") }
+        let directory = root + "/.X11-unix"
+        let calls = Mutex(0)
+        let watch = try #require(DisplaySocketWatch(directories: [directory], loop: loop) { calls.withLock { $0 += 1 } })
+        func count() -> Int { calls.withLock { $0 } }
+        func waitFor(_ n: Int, seconds: Double) -> Bool {
+            for _ in 0..<Int(seconds * 100) {
+                if count() >= n { return true }
+                usleep(10_000)
+            }
+            return count() >= n
+        }
+        func touch(_ name: String) { close(open(directory + "/" + name, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)) }
+
+        #expect(mkdir(directory, 0o1777) == 0)
+        #expect(waitFor(1, seconds: 2), "the directory's coming was not seen")
+        usleep(400_000)
+        touch("not-a-display")
+        touch("X1.lock")
+        usleep(600_000)
+        #expect(count() == 1, "names that are not display sockets counted")
+        touch("X42")
+        #expect(waitFor(2, seconds: 2), "X42 was not seen in the directory made after the start")
+
+        usleep(400_000)
+        let before = count()
+        var start = timespec(), now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &start)
+        var made = 0
+        repeat {
+            let name = "X\(9000 + made % 100)"
+            touch(name)
+            unlink(directory + "/" + name)
+            made += 1
+            clock_gettime(CLOCK_MONOTONIC, &now)
+        } while now.tv_sec - start.tv_sec < 2
+        usleep(600_000)
+        let reported = count() - before
+        // 2 s of churn with 0.25 s pauses: about 9 calls, not thousands.
+        #expect(reported >= 2 && reported <= 14, "\(made) creations reported \(reported) times")
+        withExtendedLifetime(watch) {}
+    }
+}
