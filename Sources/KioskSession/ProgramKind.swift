@@ -98,14 +98,17 @@ public struct ProgramInstallation: Sendable {
 public enum ProgramRecord: Hashable, Sendable, CustomStringConvertible {
     /// A child process: its pid, and what makes the pid that process and no
     /// later one — its start time (clock ticks after boot, `/proc/PID/stat`
-    /// field 22) on this boot.
-    case process(pid: Int32, startTime: UInt64, bootID: String)
+    /// field 22) on this boot — and the executable it ran (`/proc/PID/exe`
+    /// as it was started), which must still be its before it is adopted or
+    /// stopped: a journal naming a pid alone could make the service stop
+    /// another program.
+    case process(pid: Int32, startTime: UInt64, bootID: String, executable: String)
     /// A transient unit of the user's systemd manager, by name.
     case unit(String)
 
     public var description: String {
         switch self {
-        case .process(let pid, _, _): return "pid \(pid)"
+        case .process(let pid, _, _, _): return "pid \(pid)"
         case .unit(let name): return "unit \(name)"
         }
     }

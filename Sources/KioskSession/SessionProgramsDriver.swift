@@ -140,10 +140,11 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
         guard !runs.isEmpty else { return nil }
         return .object([("programs", .array(runs.sorted { $0.key < $1.key }.map { feature, record in
             switch record {
-            case .process(let pid, let startTime, let bootID):
+            case .process(let pid, let startTime, let bootID, let executable):
                 return .object([
-                    ("bootID", .string(bootID)), ("feature", .string(feature.wireName)),
-                    ("pid", .number(String(pid))), ("startTime", .number(String(startTime))),
+                    ("bootID", .string(bootID)), ("executable", .string(executable)),
+                    ("feature", .string(feature.wireName)), ("pid", .number(String(pid))),
+                    ("startTime", .number(String(startTime))),
                 ])
             case .unit(let name):
                 return .object([("feature", .string(feature.wireName)), ("unit", .string(name))])
@@ -176,7 +177,11 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
                     case .number(let startText)? = item["startTime"], let startTime = UInt64(startText),
                     case .string(let bootID)? = item["bootID"]
                 else { throw DriverRecordError("the process of '\(name)' is not a pid, a start time and a boot id") }
-                runs[feature] = .process(pid: pid, startTime: startTime, bootID: bootID)
+                // A journal of a version before the executable was recorded:
+                // "" never matches, so that process is neither adopted nor stopped.
+                var executable = ""
+                if case .string(let path)? = item["executable"] { executable = path }
+                runs[feature] = .process(pid: pid, startTime: startTime, bootID: bootID, executable: executable)
             }
         }
         return runs

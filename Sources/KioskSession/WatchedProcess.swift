@@ -43,7 +43,9 @@ final class WatchedProcess: @unchecked Sendable {
             if fd >= 0 { close(fd) }
             throw ProgramError("cannot watch \(argv[0]) (pidfd_open: \(String(cString: strerror(max(-fd, 0)))))")
         }
-        self.record = .process(pid: pid, startTime: startTime, bootID: ProcessTable.bootID)
+        // The child has run exec by now (ga_spawn_program returns after it).
+        self.record = .process(
+            pid: pid, startTime: startTime, bootID: ProcessTable.bootID, executable: Self.executable(of: pid) ?? "")
         self.pid = pid
         self.isChild = true
         self.loop = loop
@@ -51,14 +53,16 @@ final class WatchedProcess: @unchecked Sendable {
     }
 
     /// The process `record` names, if it is still that process (same start
-    /// time on the same boot); nil otherwise.
+    /// time on the same boot, running the same executable); nil otherwise.
     init?(adopting record: ProgramRecord, loop: EventLoop) {
-        guard case .process(let pid, let startTime, let bootID) = record, bootID == ProcessTable.bootID else { return nil }
+        guard case .process(let pid, let startTime, let bootID, let executable) = record, bootID == ProcessTable.bootID,
+            !executable.isEmpty
+        else { return nil }
         let fd = ga_pidfd_open(pid)
         guard fd >= 0 else { return nil }
         // Read after the pidfd is open: if it names the same start time now,
         // the pidfd refers to that process, not to a later one with its pid.
-        guard ProcessTable.startTime(of: pid) == startTime else {
+        guard ProcessTable.startTime(of: pid) == startTime, Self.executable(of: pid) == executable else {
             close(fd)
             return nil
         }
@@ -107,6 +111,14 @@ final class WatchedProcess: @unchecked Sendable {
         return withCStrings(argv) { cArgv in
             withCStrings(env) { cEnv in ga_spawn_program(argv[0], cArgv, cEnv) }
         }
+    }
+
+    /// What `/proc/PID/exe` links to; nil when it cannot be read.
+    static func executable(of pid: Int32) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/\(pid)/exe", &buffer, buffer.count - 1)
+        guard n > 0 else { return nil }
+        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     static func describe(status: Int32) -> String {
