@@ -98,11 +98,13 @@ public struct ProgramInstallation: Sendable {
 public enum ProgramRecord: Hashable, Sendable, CustomStringConvertible {
     /// A child process: its pid, and what makes the pid that process and no
     /// later one — its start time (clock ticks after boot, `/proc/PID/stat`
-    /// field 22) on this boot — and the executable it ran (`/proc/PID/exe`
-    /// as it was started), which must still be its before it is adopted or
-    /// stopped: a journal naming a pid alone could make the service stop
-    /// another program.
-    case process(pid: Int32, startTime: UInt64, bootID: String, executable: String)
+    /// field 22) on this boot — and the token the service put in its
+    /// environment (`WatchedProcess.tokenVariable`), which must still be
+    /// there before it is adopted or stopped: a journal naming a pid and
+    /// its start time alone could make the service stop another program.
+    /// (Its executable would not do: a program may exec another, as a
+    /// wrapper script does, and an upgrade replaces the file.)
+    case process(pid: Int32, startTime: UInt64, bootID: String, token: String)
     /// A transient unit of the user's systemd manager, by name.
     case unit(String)
 

@@ -140,11 +140,11 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
         guard !runs.isEmpty else { return nil }
         return .object([("programs", .array(runs.sorted { $0.key < $1.key }.map { feature, record in
             switch record {
-            case .process(let pid, let startTime, let bootID, let executable):
+            case .process(let pid, let startTime, let bootID, let token):
                 return .object([
-                    ("bootID", .string(bootID)), ("executable", .string(executable)),
-                    ("feature", .string(feature.wireName)), ("pid", .number(String(pid))),
-                    ("startTime", .number(String(startTime))),
+                    ("bootID", .string(bootID)), ("feature", .string(feature.wireName)),
+                    ("pid", .number(String(pid))), ("startTime", .number(String(startTime))),
+                    ("token", .string(token)),
                 ])
             case .unit(let name):
                 return .object([("feature", .string(feature.wireName)), ("unit", .string(name))])
@@ -177,11 +177,11 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
                     case .number(let startText)? = item["startTime"], let startTime = UInt64(startText),
                     case .string(let bootID)? = item["bootID"]
                 else { throw DriverRecordError("the process of '\(name)' is not a pid, a start time and a boot id") }
-                // A journal of a version before the executable was recorded:
-                // "" never matches, so that process is neither adopted nor stopped.
-                var executable = ""
-                if case .string(let path)? = item["executable"] { executable = path }
-                runs[feature] = .process(pid: pid, startTime: startTime, bootID: bootID, executable: executable)
+                // A journal of a version before the token: "" never matches,
+                // so that process is neither adopted nor stopped.
+                var token = ""
+                if case .string(let text)? = item["token"] { token = text }
+                runs[feature] = .process(pid: pid, startTime: startTime, bootID: bootID, token: token)
             }
         }
         return runs

@@ -28,8 +28,17 @@ final class WatchedProcess: @unchecked Sendable {
     private var source: EventLoop.SourceToken?
     private var onExit: (@Sendable (String) -> Void)?
 
+    /// In the environment of every program the service starts: a random
+    /// token per run, journaled with its pid, that an adopted process must
+    /// still have (`init(adopting:)`).
+    static let tokenVariable = "GUIDEDACCESS_PROGRAM_TOKEN"
+
     /// Starts `argv[0]` (an absolute path) with `environment`.
     init(spawning argv: [String], environment: [String: String], loop: EventLoop) throws(ProgramError) {
+        var generator = SystemRandomNumberGenerator()
+        let token = (0..<2).map { _ in String(generator.next() as UInt64, radix: 16) }.joined(separator: "-")
+        var environment = environment
+        environment[Self.tokenVariable] = token
         let pid = Self.spawn(argv, environment: environment)
         guard pid > 0 else {
             throw ProgramError("cannot start \(argv[0]): \(String(cString: strerror(-pid)))")
@@ -43,9 +52,7 @@ final class WatchedProcess: @unchecked Sendable {
             if fd >= 0 { close(fd) }
             throw ProgramError("cannot watch \(argv[0]) (pidfd_open: \(String(cString: strerror(max(-fd, 0)))))")
         }
-        // The child has run exec by now (ga_spawn_program returns after it).
-        self.record = .process(
-            pid: pid, startTime: startTime, bootID: ProcessTable.bootID, executable: Self.executable(of: pid) ?? "")
+        self.record = .process(pid: pid, startTime: startTime, bootID: ProcessTable.bootID, token: token)
         self.pid = pid
         self.isChild = true
         self.loop = loop
@@ -53,16 +60,18 @@ final class WatchedProcess: @unchecked Sendable {
     }
 
     /// The process `record` names, if it is still that process (same start
-    /// time on the same boot, running the same executable); nil otherwise.
+    /// time on the same boot, and the token the service gave it in its
+    /// environment); nil otherwise.
     init?(adopting record: ProgramRecord, loop: EventLoop) {
-        guard case .process(let pid, let startTime, let bootID, let executable) = record, bootID == ProcessTable.bootID,
-            !executable.isEmpty
+        guard case .process(let pid, let startTime, let bootID, let token) = record, bootID == ProcessTable.bootID,
+            !token.isEmpty
         else { return nil }
         let fd = ga_pidfd_open(pid)
         guard fd >= 0 else { return nil }
         // Read after the pidfd is open: if it names the same start time now,
         // the pidfd refers to that process, not to a later one with its pid.
-        guard ProcessTable.startTime(of: pid) == startTime, Self.executable(of: pid) == executable else {
+        guard ProcessTable.startTime(of: pid) == startTime, Self.environment(of: pid).contains(Self.tokenVariable + "=" + token)
+        else {
             close(fd)
             return nil
         }
@@ -113,12 +122,12 @@ final class WatchedProcess: @unchecked Sendable {
         }
     }
 
-    /// What `/proc/PID/exe` links to; nil when it cannot be read.
-    static func executable(of pid: Int32) -> String? {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/\(pid)/exe", &buffer, buffer.count - 1)
-        guard n > 0 else { return nil }
-        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    /// The `NAME=value` entries of a process's environment as it was
+    /// started (`/proc/PID/environ`, readable for a process of the same
+    /// user); none when it cannot be read.
+    static func environment(of pid: Int32) -> Set<String> {
+        guard let bytes = (try? FileContents.read("/proc/\(pid)/environ")) ?? nil else { return [] }
+        return Set(bytes.split(separator: 0).map { String(decoding: $0, as: UTF8.self) })
     }
 
     static func describe(status: Int32) -> String {
