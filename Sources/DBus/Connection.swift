@@ -40,6 +40,12 @@ public actor Connection {
     /// By the path's text: an incoming call's path, which libdbus has
     /// validated, finds its object without being checked again.
     var objects: [String: ExportedObject] = [:]
+    /// Per sender, its calls handled now, and those waiting for one of them
+    /// to end (`route`): a sender flooding calls has at most
+    /// `callsPerSender` tasks on the loop, so every other sender's call is
+    /// read and started among them, not behind the whole flood.
+    var senderCalls: [String: (running: Int, waiting: [Message])] = [:]
+    static let callsPerSender = 16
     var subscriptions: [UInt64: Subscription] = [:]
     var nextSubscriptionID: UInt64 = 1
     var disconnectWaiters: [CheckedContinuation<Void, Never>] = []

@@ -34,6 +34,8 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     private let shared = Mutex(Shared())
     private let thread = Atomic<UInt>(0)
     private static let wakeToken: UInt64 = 0
+    /// Jobs run between two looks at the descriptors.
+    static let jobsPerPoll = 64
 
     public init() {
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
@@ -85,21 +87,30 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         let taskExecutor = asUnownedTaskExecutor()
         while true {
             // Run queued work until none is left (work may queue more, e.g. a
-            // dispatch that starts a handler task), but poll for I/O after a
-            // bounded number of rounds so descriptors are not starved.
+            // dispatch that starts a handler task), but poll for I/O after
+            // `jobsPerPoll` jobs so descriptors are not starved: a backlog of
+            // a thousand calls must not keep a caller's message unread.
             var idle = false
             var stopping = false
-            for _ in 0..<16 {
+            var ran = 0
+            while ran < Self.jobsPerPoll {
                 let batch: [Work]? = shared.withLock { s in
                     if s.stopping { return nil }
-                    let w = s.work
-                    s.work.removeAll(keepingCapacity: true)
+                    let take = min(s.work.count, Self.jobsPerPoll - ran)
+                    if take == s.work.count {
+                        let w = s.work
+                        s.work.removeAll(keepingCapacity: true)
+                        return w
+                    }
+                    let w = Array(s.work[..<take])
+                    s.work.removeFirst(take)
                     return w
                 }
                 guard let batch else {
                     stopping = true
                     break
                 }
+                ran += batch.count
                 for item in batch {
                     switch item {
                     case .job(let job): job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)

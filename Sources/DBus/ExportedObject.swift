@@ -12,9 +12,11 @@ final class ExportedObject {
     var announced: [String: [String: DBusValue]] = [:]
     /// Per interface, the value of each `.constant` property, once read.
     var constants: [String: [String: DBusValue]] = [:]
-    /// Calls to this object routed to a task and not yet answered: while
-    /// there are any, a `Properties.Get` takes its turn behind them.
-    var callsInProgress = 0
+    /// Calls to this object routed to a task and not yet answered, by
+    /// sender: while a sender has any, its `Properties.Get` takes its turn
+    /// behind them (D-Bus orders each connection's messages, not those of
+    /// different connections).
+    var callsInProgress: [String: Int] = [:]
 
     init(path: ObjectPath, interfaces: [Interface]) {
         self.path = path
@@ -111,14 +113,39 @@ extension Connection {
     // MARK: Routing
 
     func route(_ message: Message) {
+        // A sender with `callsPerSender` calls being handled, or calls
+        // waiting: this one waits behind them (a sender's calls start in
+        // the order it sent them).
+        let sender = message.sender ?? ""
+        if let calls = senderCalls[sender], calls.running >= Self.callsPerSender || !calls.waiting.isEmpty {
+            senderCalls[sender]?.waiting.append(message)
+            return
+        }
+        start(message, sender: sender)
+    }
+
+    /// A sender's call ended: the next of its calls that wait start (one
+    /// answered at once, a held property's Get, lets the next start too).
+    private func ended(_ sender: String) {
+        senderCalls[sender]?.running -= 1
+        while let calls = senderCalls[sender], calls.running < Self.callsPerSender, !calls.waiting.isEmpty {
+            senderCalls[sender]?.waiting.removeFirst()
+            start(calls.waiting[0], sender: sender)
+        }
+        if let calls = senderCalls[sender], calls.running == 0, calls.waiting.isEmpty { senderCalls[sender] = nil }
+    }
+
+    private func start(_ message: Message, sender: String) {
         // libdbus has validated the path of every call it hands us.
         guard let pathText = message.path, let object = objects[pathText] else {
             routeToNoObject(message)
             return
         }
-        // Behind a call to the object still being handled, a Get takes the
-        // task path too, so that it does not overtake a call sent before it.
-        if object.callsInProgress == 0, let values = heldProperties(message, on: object) {
+        // Behind a call of the same sender to the object still being
+        // handled, a Get takes the task path too, so that it does not
+        // overtake a call sent before it. Another sender's calls do not
+        // hold it up: a client flooding calls does not delay everyone's Get.
+        if object.callsInProgress[sender] == nil, let values = heldProperties(message, on: object) {
             reply(to: message, values: values)
             return
         }
@@ -126,9 +153,10 @@ extension Connection {
         // another service does not hold up the calls behind it, and the
         // executor preference keeps nonisolated handler code on the loop's
         // thread too (no hop to the global pool, calls start in order).
-        object.callsInProgress += 1
+        object.callsInProgress[sender, default: 0] += 1
+        senderCalls[sender, default: (0, [])].running += 1
         Task(executorPreference: loop) { [self] in
-            await execute(message, at: pathText)
+            await execute(message, at: pathText, sender: sender)
         }
     }
 
@@ -189,12 +217,16 @@ extension Connection {
         return nil
     }
 
-    private func execute(_ message: Message, at path: String) async {
+    private func execute(_ message: Message, at path: String, sender: String) async {
+        defer { ended(sender) }
         guard let object = objects[path] else {
             reply(to: message, error: .unknownObject("no object at path \(path)"))
             return
         }
-        defer { object.callsInProgress -= 1 }
+        defer {
+            let left = object.callsInProgress[sender, default: 1] - 1
+            object.callsInProgress[sender] = left > 0 ? left : nil
+        }
         do {
             let values = try await invoke(message, on: object)
             reply(to: message, values: values)

@@ -220,9 +220,26 @@ final class MainLoopIntegration: @unchecked Sendable {
             }
             if events & EPOLLHUP.rawValue != 0 { flags |= DBUS_WATCH_HANGUP.rawValue }
             if events & EPOLLERR.rawValue != 0 { flags |= DBUS_WATCH_ERROR.rawValue }
-            if flags != 0 { _ = dbus_watch_handle(watch.pointer, flags) }
+            guard flags != 0 else { continue }
+            _ = dbus_watch_handle(watch.pointer, flags)
+            // libdbus reads at most 2 KiB per call: read on while the socket
+            // has more (up to `readsPerWakeUp`), so that the messages behind
+            // a flood of one sender's calls are read — and routed — now, not
+            // after the work the flood's first messages made.
+            guard flags == DBUS_WATCH_READABLE.rawValue else { continue }
+            for _ in 1..<Self.readsPerWakeUp {
+                var available: Int32 = 0
+                guard ioctl(fd, UInt(FIONREAD), &available) == 0, available > 0,
+                    table.withLock({ $0.fds[fd]?.watches.contains(watch) ?? false }),
+                    dbus_watch_get_enabled(watch.pointer) != 0
+                else { break }
+                _ = dbus_watch_handle(watch.pointer, flags)
+            }
         }
     }
+
+    /// `dbus_watch_handle` calls per readable wake-up: 32 of 2 KiB.
+    static let readsPerWakeUp = 32
 
     // MARK: Timeouts
 
