@@ -142,44 +142,67 @@ public enum ProcessInfo {
     /// `user@UID.service`'s subtree, and are that system unit's processes.
     public static func systemdUnit(fromCgroupFile text: String) -> String? {
         var text = text
-        return text.withUTF8 { systemdUnit(fromCgroupFile: $0) }
+        return text.withUTF8 { systemdUnit(cgroupBytes: $0) }
+    }
+
+    public static func systemdUnit(fromCgroupFile bytes: some Collection<UInt8>) -> String? {
+        Array(bytes).withUnsafeBufferPointer { systemdUnit(cgroupBytes: $0) }
     }
 
     /// `systemdUnit(fromCgroupFile:)` of the file's bytes: read for every
-    /// call a caller makes, so parsed without making Strings of its lines.
-    public static func systemdUnit(fromCgroupFile bytes: some Collection<UInt8>) -> String? {
-        let colon = UInt8(ascii: ":"), newline = UInt8(ascii: "\n")
-        var path: ArraySlice<UInt8>?
-        let all = Array(bytes)
+    /// call a caller makes, so parsed in place, with plain loops (generic
+    /// collection algorithms cost many times more in a debug build, and a
+    /// caller that floods calls is served at this speed).
+    public static func systemdUnit(cgroupBytes b: UnsafeBufferPointer<UInt8>) -> String? {
+        let colon = UInt8(ascii: ":"), newline = UInt8(ascii: "\n"), slash = UInt8(ascii: "/")
+        func next(_ byte: UInt8, from start: Int, to end: Int) -> Int {
+            var i = start
+            while i < end, b[i] != byte { i += 1 }
+            return i
+        }
+        func equal(_ start: Int, _ end: Int, _ literal: [UInt8]) -> Bool {
+            guard end - start == literal.count else { return false }
+            for i in 0..<literal.count where b[start + i] != literal[i] { return false }
+            return true
+        }
+        func hasSuffix(_ start: Int, _ end: Int, _ literal: [UInt8]) -> Bool {
+            end - start >= literal.count && equal(end - literal.count, end, literal)
+        }
+        var path: (Int, Int)?
         var start = 0
-        while start < all.count {
-            let end = all[start...].firstIndex(of: newline) ?? all.count
-            let line = all[start..<end]
-            start = end + 1
+        while start < b.count {
+            let end = next(newline, from: start, to: b.count)
+            defer { start = end + 1 }
             // HIERARCHY:CONTROLLERS:PATH
-            guard let first = line.firstIndex(of: colon), let second = line[(first + 1)...].firstIndex(of: colon) else {
-                continue
-            }
-            let hierarchy = line[line.startIndex..<first], controllers = line[(first + 1)..<second]
-            if hierarchy.elementsEqual([UInt8(ascii: "0")]) && controllers.isEmpty {
-                path = line[(second + 1)...]
+            let first = next(colon, from: start, to: end)
+            guard first < end else { continue }
+            let second = next(colon, from: first + 1, to: end)
+            guard second < end else { continue }
+            if first == start + 1, b[start] == UInt8(ascii: "0"), second == first + 1 {
+                path = (second + 1, end)
                 break
             }
-            if controllers.elementsEqual("name=systemd".utf8) { path = line[(second + 1)...] }
+            if equal(first + 1, second, Self.systemdHierarchy) { path = (second + 1, end) }
         }
-        guard var rest = path else { return nil }
-        while !rest.isEmpty {
-            let end = rest.firstIndex(of: UInt8(ascii: "/")) ?? rest.endIndex
-            let element = rest[rest.startIndex..<end]
-            rest = end < rest.endIndex ? rest[(end + 1)...] : []
-            if element.isEmpty { continue }
+        guard let (from, to) = path else { return nil }
+        var element = from
+        while element < to {
+            let end = next(slash, from: element, to: to)
+            defer { element = end + 1 }
+            if end == element { continue }
             // systemd escapes a name that could clash with the kernel's files with a leading "_".
-            let name = element.first == UInt8(ascii: "_") ? element.dropFirst() : element
-            if name.hasSuffix(".slice") { continue }
-            return name.hasSuffix(".service") || name.hasSuffix(".scope") ? String(decoding: name, as: UTF8.self) : nil
+            let name = b[element] == UInt8(ascii: "_") ? element + 1 : element
+            if hasSuffix(name, end, Self.sliceSuffix) { continue }
+            guard hasSuffix(name, end, Self.serviceSuffix) || hasSuffix(name, end, Self.scopeSuffix) else { return nil }
+            return String(decoding: UnsafeBufferPointer(rebasing: b[name..<end]), as: UTF8.self)
         }
         return nil
     }
+
+    private static let systemdHierarchy = Array("name=systemd".utf8)
+    private static let sliceSuffix = Array(".slice".utf8)
+    private static let serviceSuffix = Array(".service".utf8)
+    private static let scopeSuffix = Array(".scope".utf8)
 
     /// A /proc file's text (at most 1 MiB); `path` relative to the open
     /// directory `directory` (an absolute path ignores it).

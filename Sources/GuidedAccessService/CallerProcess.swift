@@ -39,7 +39,7 @@ struct CallerProcess: Hashable {
         effectiveUID = uid
         executable = Self.executable(in: directory)
         systemdUnit = Self.read("cgroup", in: directory, into: &buffer) { bytes in
-            ProcessInfo.systemdUnit(fromCgroupFile: String(decoding: bytes, as: UTF8.self))
+            bytes.withUnsafeBufferPointer { ProcessInfo.systemdUnit(cgroupBytes: $0) }
         }
     }
 
@@ -83,30 +83,36 @@ struct CallerProcess: Hashable {
 
     /// The second field of `Uid:` in `/proc/PID/status`: real, effective, saved, fs.
     static func effectiveUID(fromStatus bytes: ArraySlice<UInt8>) -> UInt32? {
-        let label = Array("Uid:".utf8)
-        var start = bytes.startIndex
-        while start < bytes.endIndex {
-            let end = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
-            let line = bytes[start..<end]
-            if line.starts(with: label) {
-                // Four whitespace-separated numbers; the second.
-                var ids: [ArraySlice<UInt8>] = []
-                var index = line.startIndex + label.count
-                while index < line.endIndex, ids.count < 5 {
-                    while index < line.endIndex, line[index] == UInt8(ascii: "\t") || line[index] == UInt8(ascii: " ") {
-                        index += 1
+        // Plain loops over the bytes: read for every call a caller makes.
+        bytes.withUnsafeBufferPointer { b -> UInt32? in
+            let (tab, space) = (UInt8(ascii: "\t"), UInt8(ascii: " "))
+            var start = 0
+            while start < b.count {
+                var end = start
+                while end < b.count, b[end] != UInt8(ascii: "\n") { end += 1 }
+                if end - start >= 4, b[start] == UInt8(ascii: "U"), b[start + 1] == UInt8(ascii: "i"),
+                    b[start + 2] == UInt8(ascii: "d"), b[start + 3] == UInt8(ascii: ":")
+                {
+                    // Four whitespace-separated numbers; the second.
+                    var ids = 0
+                    var second: Range<Int>?
+                    var index = start + 4
+                    while index < end, ids < 5 {
+                        while index < end, b[index] == tab || b[index] == space { index += 1 }
+                        let from = index
+                        while index < end, b[index] != tab, b[index] != space { index += 1 }
+                        if index > from {
+                            ids += 1
+                            if ids == 2 { second = from..<index }
+                        }
                     }
-                    let start = index
-                    while index < line.endIndex, line[index] != UInt8(ascii: "\t"), line[index] != UInt8(ascii: " ") {
-                        index += 1
-                    }
-                    if index > start { ids.append(line[start..<index]) }
+                    guard ids == 4, let second else { return nil }
+                    return decimal(ArraySlice(UnsafeBufferPointer(rebasing: b[second]))).flatMap(UInt32.init(exactly:))
                 }
-                return ids.count == 4 ? decimal(ids[1]).flatMap(UInt32.init(exactly:)) : nil
+                start = end + 1
             }
-            start = end + 1
+            return nil
         }
-        return nil
     }
 
     /// A decimal number of ASCII digits (no sign), or nil.
