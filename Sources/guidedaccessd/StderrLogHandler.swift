@@ -1,3 +1,5 @@
+import CLinux
+import DBus
 import Glibc
 import Logging
 import Synchronization
@@ -37,12 +39,15 @@ struct StderrLogHandler: LogHandler {
             journal
             ? "<\(Self.priority(of: event.level))>\(label): [\(event.source)] \(event.message)\(pretty)\n"
             : "\(Self.timestamp()) \(event.level) \(label):\(pretty) [\(event.source)] \(event.message)\n"
-        StderrSink.shared.write(text) { dropped in
-            let message = "\(dropped) log lines were not written: stderr was not being read"
-            return journal
-                ? "<4>\(label): [\(event.source)] \(message)\n"
-                : "\(Self.timestamp()) warning \(label): [\(event.source)] \(message)\n"
-        }
+        StderrSink.shared.write(text)
+    }
+
+    /// The line that says `dropped` lines were not written.
+    static func droppedLine(_ dropped: Int, journal: Bool) -> String {
+        let message = "\(dropped) log lines were not written: stderr was not being read"
+        return journal
+            ? "<4>guidedaccessd: [guidedaccessd] \(message)\n"
+            : "\(timestamp()) warning guidedaccessd: [guidedaccessd] \(message)\n"
     }
 
     /// syslog(3)'s priorities, as sd-daemon(3) prefixes them.
@@ -83,9 +88,11 @@ struct StderrLogHandler: LogHandler {
 /// own opened non-blocking (the flag on stderr's own would also make the
 /// programs the service starts, which share it, meet EAGAIN); a file or a
 /// terminal as it is. What the reader has no room for waits in a buffer of
-/// `limit` bytes, written before the next line; lines that do not fit are
-/// dropped and counted, and once the buffer has drained a line says how
-/// many. Lines from several threads never interleave.
+/// `limit` bytes, written before the next line and whenever the reader
+/// makes room (epoll, once `attach(to:)` has given it the loop: a quiet
+/// service too writes what waits); lines that do not fit are dropped and
+/// counted, and once the buffer has drained a line says how many. Lines
+/// from several threads never interleave.
 final class StderrSink: Sendable {
     static let shared = StderrSink()
     static let limit = 64 << 10
@@ -99,6 +106,12 @@ final class StderrSink: Sendable {
     private struct State {
         var pending: [UInt8] = []
         var dropped = 0
+        var report: @Sendable (Int) -> String = { "\($0) log lines were not written\n" }
+        var loop: EventLoop?
+        /// Watching for room while something waits.
+        var watch: EventLoop.SourceToken?
+        /// The reader is gone (hang-up, error): never watched again.
+        var gone = false
     }
 
     private let kind: Kind
@@ -122,19 +135,20 @@ final class StderrSink: Sendable {
         }
     }
 
-    /// Writes `line` (one whole line); `report(n)`: the line that says `n`
-    /// lines were dropped.
-    func write(_ line: String, report: (Int) -> String) {
+    /// `report(n)`: the line that says `n` lines were dropped.
+    func configure(report: @escaping @Sendable (Int) -> String) {
+        state.withLock { $0.report = report }
+    }
+
+    /// From now on what waits is written as soon as the reader makes room.
+    func attach(to loop: EventLoop) {
+        state.withLock { $0.loop = loop }
+    }
+
+    /// Writes `line` (one whole line).
+    func write(_ line: String) {
         state.withLock { state in
-            if !state.pending.isEmpty {
-                let n = put(state.pending)
-                state.pending.removeFirst(n)
-            }
-            if state.pending.isEmpty, state.dropped > 0 {
-                let text = Array(report(state.dropped).utf8)
-                state.dropped = 0
-                state.pending = Array(text[put(text)...])
-            }
+            flush(&state)
             let bytes = Array(line.utf8)
             if state.pending.isEmpty {
                 state.pending = Array(bytes[put(bytes)...])
@@ -143,6 +157,51 @@ final class StderrSink: Sendable {
             } else {
                 state.dropped += 1
             }
+            watchForRoom(&state)
+        }
+    }
+
+    /// Writes what waits, then (all of it written) the count of the lines
+    /// dropped.
+    private func flush(_ state: inout State) {
+        if !state.pending.isEmpty {
+            let n = put(state.pending)
+            state.pending.removeFirst(n)
+        }
+        if state.pending.isEmpty, state.dropped > 0 {
+            let text = Array(state.report(state.dropped).utf8)
+            state.dropped = 0
+            state.pending = Array(text[put(text)...])
+        }
+    }
+
+    /// Watches the descriptor for room while something waits; not otherwise
+    /// (a writable descriptor would wake the loop at every turn).
+    private func watchForRoom(_ state: inout State) {
+        let fd: Int32
+        switch kind {
+        case .socket: fd = 2
+        case .pipe(let own): fd = own
+        case .blocking: return
+        }
+        guard let loop = state.loop else { return }
+        let waiting = (!state.pending.isEmpty || state.dropped > 0) && !state.gone
+        if waiting, state.watch == nil {
+            state.watch = loop.addSource(fd: fd, events: UInt32(EPOLLOUT.rawValue)) { [self] events in
+                self.state.withLock { state in
+                    if events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 {
+                        // No reader will come back: reported as often as epoll asks, it would spin.
+                        state.gone = true
+                        state.pending = []
+                    } else {
+                        flush(&state)
+                    }
+                    watchForRoom(&state)
+                }
+            }
+        } else if !waiting, let watch = state.watch {
+            loop.removeSource(watch, fd: fd)
+            state.watch = nil
         }
     }
 

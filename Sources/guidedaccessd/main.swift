@@ -30,6 +30,7 @@ mallopt(M_TRIM_THRESHOLD, 128 * 1024)
 // Either way, each event is one escaped line of bounded length.
 // Neither ever waits for the reader (`StderrSink`).
 let logToJournal = StderrLogHandler.stderrIsTheJournal
+StderrSink.shared.configure { StderrLogHandler.droppedLine($0, journal: logToJournal) }
 LoggingSystem.bootstrap { label in
     var handler = EscapingLogHandler(StderrLogHandler(label: label, journal: logToJournal))
     handler.logLevel = getenv("GUIDEDACCESS_DEBUG") != nil ? .debug : .info
@@ -320,6 +321,7 @@ actor SystemBusLink {
 }
 
 let loop = EventLoop()
+StderrSink.shared.attach(to: loop)
 loop.handleSignals([SIGTERM, SIGINT]) { signal in
     // Handlers run between jobs on the loop: no write is half done, and the
     // journal already holds the session for the next start.
