@@ -54,15 +54,32 @@ public final class DisplaySocketWatch: @unchecked Sendable {
 
     /// Whether `name` is a display socket's: `X<digits>` or `wayland-<digits>`.
     static func isDisplayName(_ name: Substring) -> Bool {
-        let digits: Substring
-        if name.hasPrefix("X") {
-            digits = name.dropFirst()
-        } else if name.hasPrefix("wayland-") {
-            digits = name.dropFirst("wayland-".count)
+        Array(name.utf8).withUnsafeBufferPointer { isDisplayName($0) }
+    }
+
+    /// The same of an inotify event's name bytes (NUL-padded): read for
+    /// every file made or removed in a directory every user may write, so
+    /// in place, with no String made.
+    static func isDisplayName(_ name: UnsafeBufferPointer<UInt8>) -> Bool {
+        var end = 0
+        while end < name.count, name[end] != 0 { end += 1 }
+        var start: Int
+        if end > 0, name[0] == UInt8(ascii: "X") {
+            start = 1
+        } else if end > 8, name[0] == UInt8(ascii: "w"), name[1] == UInt8(ascii: "a"), name[2] == UInt8(ascii: "y"),
+            name[3] == UInt8(ascii: "l"), name[4] == UInt8(ascii: "a"), name[5] == UInt8(ascii: "n"),
+            name[6] == UInt8(ascii: "d"), name[7] == UInt8(ascii: "-")
+        {
+            start = 8
         } else {
             return false
         }
-        return !digits.isEmpty && digits.count <= 10 && digits.utf8.allSatisfy { (0x30...0x39).contains($0) }
+        guard end > start, end - start <= 10 else { return false }
+        while start < end {
+            guard name[start] >= UInt8(ascii: "0"), name[start] <= UInt8(ascii: "9") else { return false }
+            start += 1
+        }
+        return true
     }
 
     /// Watches `directory`, or its parent for it while it is missing.
@@ -97,36 +114,37 @@ public final class DisplaySocketWatch: @unchecked Sendable {
     }
 
     /// Reads the pending events; whether one was about a display socket (or
-    /// a watched directory came or went, or events were lost).
+    /// a watched directory came or went, or events were lost). Once one
+    /// was, the names of the rest are not looked at.
     private func drain() -> Bool {
         var relevant = false
         var buffer = [UInt8](repeating: 0, count: 16384)
         var appeared: [String] = []
         var gone: [String] = []
+        let header = MemoryLayout<inotify_event>.size
+        let selfEvents = UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)
         while true {
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             guard n > 0 else { break }
-            var offset = 0
-            let header = MemoryLayout<inotify_event>.size
-            while offset + header <= n {
-                let (wd, mask, length) = buffer.withUnsafeBytes {
-                    (
-                        $0.loadUnaligned(fromByteOffset: offset, as: Int32.self),
-                        $0.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self),
-                        Int($0.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
-                    )
-                }
-                let nameBytes = buffer[(offset + header)..<min(offset + header + length, n)]
-                let name = Substring(String(decoding: nameBytes.prefix(while: { $0 != 0 }), as: UTF8.self))
-                offset += header + length
-                if mask & UInt32(IN_Q_OVERFLOW) != 0 {
-                    relevant = true
-                } else if let missing = parents[wd] {
-                    appeared += missing.filter { $0.hasSuffix("/" + name) }
-                } else if mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED) != 0 {
-                    if let directory = directories.first(where: { $0.value == wd })?.key { gone.append(directory) }
-                } else if Self.isDisplayName(name) {
-                    relevant = true
+            buffer.withUnsafeBytes { raw in
+                var offset = 0
+                while offset + header <= n {
+                    let wd = raw.loadUnaligned(fromByteOffset: offset, as: Int32.self)
+                    let mask = raw.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
+                    let length = Int(raw.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
+                    let name = UnsafeBufferPointer(
+                        rebasing: raw.bindMemory(to: UInt8.self)[(offset + header)..<min(offset + header + length, n)])
+                    offset += header + length
+                    if mask & UInt32(IN_Q_OVERFLOW) != 0 {
+                        relevant = true
+                    } else if !parents.isEmpty, let missing = parents[wd] {
+                        let text = String(decoding: name.prefix(while: { $0 != 0 }), as: UTF8.self)
+                        appeared += missing.filter { $0.hasSuffix("/" + text) }
+                    } else if mask & selfEvents != 0 {
+                        if let directory = directories.first(where: { $0.value == wd })?.key { gone.append(directory) }
+                    } else if !relevant, Self.isDisplayName(name) {
+                        relevant = true
+                    }
                 }
             }
         }
