@@ -13,7 +13,13 @@ import Testing
     @Test func aJournaledPidIsAdoptedOnlyWithTheTokenItWasStartedWith() throws {
         let loop = EventLoop()
         let child = try WatchedProcess(spawning: ["/bin/sh", "-c", "exec sleep 30"], environment: [:], loop: loop)
-        defer { child.send(SIGKILL) }
+        defer {
+            // Killed and reaped here: a zombie child makes swift-testing's
+            // wait thread spin on waitid (and the test run never ends).
+            child.send(SIGKILL)
+            var status: Int32 = 0
+            waitpid(child.pid, &status, 0)
+        }
         guard case .process(let pid, let startTime, let bootID, let token) = child.record else {
             Issue.record("not a process record: \(child.record)")
             return
