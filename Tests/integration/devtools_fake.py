@@ -50,9 +50,29 @@ them when it needs them):
 - `stall_after_attach`: seconds the connection stops reading after it
   answered a Target.setAutoAttach {autoAttach: true} (with `rcvbuf`, a small
   receive buffer, the service's writes then block).
+- `flood`: a hostile browser (test_ga_hostile_peers.py), read by each
+  new WebSocket connection (and, for "attach", by each
+  Target.setAutoAttach {autoAttach: true} it answers):
+  "events": right after the 101, small events
+  ({"method": "Page.frameNavigated", "params": {}}) as fast as it can, while
+  it still answers commands; "attach": after it answered auto-attach,
+  endless Target.attachedToTarget events for new pages (sessionId
+  FLOOD-S<n>, targetId FLOODPAGE<n>, type page), whose commands get replies
+  (counted in `flood_commands`, not recorded in `messages`); "pings": right
+  after the 101, ping frames as fast as it can, and it never reads its
+  socket again (with `rcvbuf`, the service's pongs back up at once);
+  "flap": the connection closed `flap_after` s (0.01) after the 101.
+  `flooded` counts the frames the floods sent.
 Actions: `inject(raw)` sends raw bytes on the live WebSocket connections;
 `drop()` closes them (the browser going away mid-session, or restarting);
 `close()` stops listening and closes everything.
+
+Run as a program (`python3 devtools_fake.py --port P [--pages N] [--flood
+KIND]`, e.g. as another user through setpriv), it serves until killed and
+prints, one line each, flushed: `listening PORT`, then `accepted N` for
+every TCP connection, `kind N KIND` once its kind is known (version,
+websocket, silent, other), `message N METHOD` for every command received,
+and `closed N`.
 """
 
 import base64
@@ -60,6 +80,7 @@ import hashlib
 import json
 import socket
 import struct
+import sys
 import threading
 import time
 import uuid
@@ -126,7 +147,7 @@ def text(obj):
 
 
 class FakeDevTools:
-    def __init__(self, pages=2, browser="FakeChrome/1.0", listen=True, rcvbuf=None):
+    def __init__(self, pages=2, browser="FakeChrome/1.0", listen=True, rcvbuf=None, port=0):
         self.browser = browser
         self.browser_id = str(uuid.uuid4())
         self.pages = [(f"PAGE{i + 1}", f"https://kiosk.example/{i + 1}") for i in range(pages)]
@@ -140,6 +161,8 @@ class FakeDevTools:
         self.handshake_answer = None
         self.after_handshake = []
         self.stall_after_attach = 0
+        self.flood = None
+        self.flap_after = 0.01
 
         self.lock = threading.Condition()
         self.messages = []
@@ -150,12 +173,18 @@ class FakeDevTools:
         self._next_session = 0
         self._next_script = 0
         self._closing = False
+        # Frames sent by the floods, by kind; commands to flood pages, by method.
+        self.flooded = {}
+        self.flood_commands = {}
+        self._next_flood_page = 0
+        # For the program: called (outside the lock) with one line per happening.
+        self.on_happening = None
 
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if rcvbuf is not None:
             self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.listener.bind(("127.0.0.1", 0))
+        self.listener.bind(("127.0.0.1", port))
         self.port = self.listener.getsockname()[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._thread = None
@@ -273,9 +302,12 @@ class FakeDevTools:
         except OSError:
             pass
         with self.lock:
+            first = c.closed is None
             if c.closed is None:
                 c.closed = time.monotonic()
             self.lock.notify_all()
+        if first:
+            self._happened(f"closed {c.number}")
 
     def _accept_loop(self):
         while not self._closing:
@@ -287,6 +319,7 @@ class FakeDevTools:
                 c = Connection(len(self.connections) + 1, sock)
                 self.connections.append(c)
                 self.lock.notify_all()
+            self._happened(f"accepted {c.number}")
             threading.Thread(target=self._serve, args=(c,), daemon=True, name=f"fake-devtools-{c.number}").start()
 
     def _serve(self, c):
@@ -294,6 +327,7 @@ class FakeDevTools:
             if self.silent:
                 with self.lock:
                     c.kind = "silent"
+                self._happened(f"kind {c.number} silent")
                 while c.sock.recv(65536):
                     pass
                 return
@@ -313,6 +347,7 @@ class FakeDevTools:
             elif path.startswith("/devtools/browser/") and fields.get("upgrade", "").lower() == "websocket":
                 self._websocket(c, fields, rest)
             else:
+                self._happened(f"kind {c.number} other")
                 c.send(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         except OSError:
             pass
@@ -336,6 +371,7 @@ class FakeDevTools:
         with self.lock:
             c.kind = "version"
             self.lock.notify_all()
+        self._happened(f"kind {c.number} version")
         if self.version_answer is not None:
             c.send(self.version_answer)
             return
@@ -351,7 +387,9 @@ class FakeDevTools:
         with self.lock:
             c.kind = "websocket"
             garbage = self.after_handshake.pop(0) if self.after_handshake else None
+            flood = self.flood
             self.lock.notify_all()
+        self._happened(f"kind {c.number} websocket")
         if self.silent_upgrade:
             while c.sock.recv(65536):
                 pass
@@ -366,6 +404,17 @@ class FakeDevTools:
                + f"Sec-WebSocket-Accept: {accept_for(key)}\r\n\r\n".encode())
         if garbage is not None:
             c.send(garbage)
+        if flood == "flap":
+            time.sleep(self.flap_after)
+            return
+        if flood == "pings":
+            # Never reads again: the pongs the service owes back up.
+            self._flood_thread(c, self._flood_pings)
+            while c.closed is None and not self._closing:
+                time.sleep(0.05)
+            return
+        if flood == "events":
+            self._flood_thread(c, self._flood_events)
         buffer = bytearray(rest)
         message = bytearray()
         while True:
@@ -448,6 +497,13 @@ class FakeDevTools:
             return
         params = command.get("params", {})
         session = command.get("sessionId")
+        if isinstance(session, str) and session.startswith("FLOOD-S"):
+            self._flood_command(c, id_, method, session)
+            return
+        if method == "Target.detachFromTarget" and str(params.get("sessionId", "")).startswith("FLOOD-S"):
+            self._flood_command(c, id_, method, None, detach=params["sessionId"])
+            return
+        self._happened(f"message {c.number} {method}")
         with self.lock:
             target = c.sessions.get(session) if session is not None else None
             self.messages.append(Message(c.number, time.monotonic(), id_, method, session, params, target))
@@ -486,6 +542,8 @@ class FakeDevTools:
                                  "params": {"sessionId": session_id, "targetId": target_id}}))
             c.send(text({"id": id_, "result": {}}))
             if params.get("autoAttach"):
+                if self.flood == "attach":
+                    self._flood_thread(c, self._flood_attach)
                 return self.stall_after_attach
         elif method == "Target.detachFromTarget":
             with self.lock:
@@ -499,6 +557,66 @@ class FakeDevTools:
         else:
             c.send(text({"id": id_, "result": {}}))
 
+    # ------------------------------------------------------------ floods
+
+    def _happened(self, line):
+        report = self.on_happening
+        if report is not None:
+            report(line)
+
+    def _count(self, kind, n):
+        with self.lock:
+            self.flooded[kind] = self.flooded.get(kind, 0) + n
+
+    def _flood_thread(self, c, body):
+        threading.Thread(target=body, args=(c,), daemon=True, name=f"fake-devtools-flood-{c.number}").start()
+
+    def _flooding(self, c, kind):
+        return c.closed is None and not self._closing and self.flood == kind
+
+    def _flood_events(self, c):
+        batch = text({"method": "Page.frameNavigated", "params": {}}) * 256
+        while self._flooding(c, "events"):
+            if not c.send(batch):
+                return
+            self._count("events", 256)
+
+    def _flood_pings(self, c):
+        batch = frame(0x9, b"ping") * 256
+        while self._flooding(c, "pings"):
+            if not c.send(batch):
+                return
+            self._count("pings", 256)
+
+    def _flood_attach(self, c):
+        while self._flooding(c, "attach"):
+            with self.lock:
+                first = self._next_flood_page + 1
+                self._next_flood_page += 64
+            batch = b"".join(
+                text({"method": "Target.attachedToTarget", "params": {
+                    "sessionId": f"FLOOD-S{n}",
+                    "targetInfo": {"targetId": f"FLOODPAGE{n}", "type": "page", "title": f"flood {n}",
+                                   "url": f"https://kiosk.example/flood/{n}", "attached": True,
+                                   "canAccessOpener": False, "browserContextId": "CTX"},
+                    "waitingForDebugger": False}})
+                for n in range(first, first + 64))
+            if not c.send(batch):
+                return
+            self._count("attach", 64)
+
+    def _flood_command(self, c, id_, method, session, detach=None):
+        with self.lock:
+            self.flood_commands[method] = self.flood_commands.get(method, 0) + 1
+        if self.frozen:
+            return
+        if detach is not None:
+            c.send(text({"method": "Target.detachedFromTarget",
+                         "params": {"sessionId": detach, "targetId": "FLOODPAGE" + detach[len("FLOOD-S"):]}}))
+            c.send(text({"id": id_, "result": {}}))
+            return
+        c.send(text({"id": id_, "sessionId": session, "result": self._page_result(method)}))
+
     def _targets(self):
         return [(t, "page", url) for t, url in self.pages] + [
             (t, kind, "https://kiosk.example/" + t) for t, kind in self.extra_targets]
@@ -511,3 +629,43 @@ class FakeDevTools:
         if method == "Runtime.evaluate":
             return {"result": {"type": "undefined"}}
         return {}
+
+
+def main(argv=None):
+    """The fake as a program of its own (another user's, through setpriv):
+    see the module's docstring."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description="A fake Chromium DevTools endpoint on 127.0.0.1.")
+    parser.add_argument("--port", type=int, default=0, help="the port (0: any free one; printed)")
+    parser.add_argument("--pages", type=int, default=2)
+    parser.add_argument("--flood", choices=["events", "attach", "pings", "flap"], default=None)
+    parser.add_argument("--rcvbuf", type=int, default=None)
+    options = parser.parse_args(argv)
+
+    out_lock = threading.Lock()
+
+    def say(line):
+        with out_lock:
+            try:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+
+    fake = FakeDevTools(pages=options.pages, listen=False, rcvbuf=options.rcvbuf, port=options.port)
+    fake.flood = options.flood
+    fake.on_happening = say
+    fake.listen()
+    say(f"listening {fake.port}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+    fake.close()
+
+
+if __name__ == "__main__":
+    main()

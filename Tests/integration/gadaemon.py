@@ -367,14 +367,14 @@ class GAEnv:
 
     # -- the daemon and connections
 
-    def daemon(self, config=None, args=(), extra_env=None):
+    def daemon(self, config=None, args=(), extra_env=None, stderr=None):
         """A Daemon that is not started yet."""
-        daemon = Daemon(self, config=config, args=args, extra_env=extra_env)
+        daemon = Daemon(self, config=config, args=args, extra_env=extra_env, stderr=stderr)
         self.daemons.append(daemon)
         return daemon
 
-    def start_daemon(self, config=None, args=(), extra_env=None):
-        daemon = Daemon(self, config=config, args=args, extra_env=extra_env)
+    def start_daemon(self, config=None, args=(), extra_env=None, stderr=None):
+        daemon = Daemon(self, config=config, args=args, extra_env=extra_env, stderr=stderr)
         self.daemons.append(daemon)
         daemon.start()
         return daemon
@@ -425,9 +425,14 @@ class GAEnv:
 
 
 class Daemon:
-    """guidedaccessd in a GAEnv; start, kill -9, restart (same state dir)."""
+    """guidedaccessd in a GAEnv; start, kill -9, restart (same state dir).
 
-    def __init__(self, env, config=None, args=(), extra_env=None):
+    `extra_env`: more environment variables for it; `stderr`: a file
+    descriptor (or file) to give it as its stderr instead of its log file
+    (e.g. one end of a socketpair that a test stops reading); its stdout
+    and the run headers still go to the log file."""
+
+    def __init__(self, env, config=None, args=(), extra_env=None, stderr=None):
         if not DAEMON_BINARY.exists():
             raise FileNotFoundError(
                 f"{DAEMON_BINARY} does not exist: build it with 'swift build --product guidedaccessd' "
@@ -440,6 +445,7 @@ class Daemon:
         self.argv += list(args)
         self.log_path = env.root / f"guidedaccessd-{len(env.daemons)}.log"
         self._log = open(self.log_path, "ab")
+        self.stderr = stderr
         self.process = None
         self.runs = 0
         self._probe = None
@@ -466,7 +472,8 @@ class Daemon:
         self._log.write(f"\n===== run {self.runs}: {' '.join(self.argv)}\n".encode())
         self._log.flush()
         self.process = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+            self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
+            stderr=self._log if self.stderr is None else self.stderr,
             env=self.process_env, preexec_fn=_die_with_parent,
         )
         _STARTED.append(self.process)
