@@ -126,16 +126,33 @@ final class LoopbackStream: @unchecked Sendable {
     }
 
     /// The uid of the socket in `table` with these addresses (as the table
-    /// writes them: `ADDRESS:PORT` in upper-case hexadecimal).
+    /// writes them: `ADDRESS:PORT` in upper-case hexadecimal). The table may
+    /// be long (any local user can fill it with connections in TIME_WAIT):
+    /// searched as bytes, with only the matching line made a String.
     static func owner(in table: String, local: String, remote: String) -> UInt32? {
-        guard let text = (try? FileContents.read(table)) ?? nil else { return nil }
-        for line in String(decoding: text, as: UTF8.self).split(separator: "\n").dropFirst() {
-            // sl local_address rem_address st tx:rx tr:when retrnsmt uid …
-            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-            guard fields.count > 7, fields[1] == local, fields[2] == remote else { continue }
-            return UInt32(fields[7])
+        guard let bytes = (try? FileContents.read(table)) ?? nil else { return nil }
+        // sl local_address rem_address st tx:rx tr:when retrnsmt uid …
+        let needle = Array(" \(local) \(remote) ".utf8)
+        return bytes.withUnsafeBytes { raw -> UInt32? in
+            guard let base = raw.baseAddress, raw.count >= needle.count else { return nil }
+            // memchr for the first byte, memcmp for the rest (memmem is not in Glibc's module).
+            var at = 0
+            var found: Int?
+            while found == nil, at <= raw.count - needle.count,
+                let hit = memchr(base + at, Int32(needle[0]), raw.count - needle.count + 1 - at)
+            {
+                let offset = base.distance(to: UnsafeRawPointer(hit))
+                if memcmp(hit, needle, needle.count) == 0 { found = offset }
+                at = offset + 1
+            }
+            guard let found else { return nil }
+            let start = found + needle.count
+            var end = start
+            while end < raw.count, raw[end] != UInt8(ascii: "\n") { end += 1 }
+            let rest = String(decoding: raw[start..<end], as: UTF8.self).split(separator: " ")
+            // st tx:rx tr:when retrnsmt uid
+            return rest.count > 4 ? UInt32(rest[4]) : nil
         }
-        return nil
     }
 
     /// An address as /proc/net/tcp writes it: each 32-bit word of the

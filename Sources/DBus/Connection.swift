@@ -44,8 +44,34 @@ public actor Connection {
     /// to end (`route`): a sender flooding calls has at most
     /// `callsPerSender` tasks on the loop, so every other sender's call is
     /// read and started among them, not behind the whole flood.
-    var senderCalls: [String: (running: Int, waiting: [Message])] = [:]
+    var senderCalls: [String: SenderCalls] = [:]
     static let callsPerSender = 16
+    /// Calls of one sender that may wait: past them a call is answered
+    /// `LimitsExceeded` at once, its message released (libdbus stops reading
+    /// the socket once the messages it holds pass its limit, and every
+    /// other sender would wait). The system bus lets a connection have 128
+    /// calls awaiting replies; a session bus 50,000: 4,096 waiting messages
+    /// are a few MiB, and more than a kiosk app pipelines.
+    static let waitingPerSender = 4096
+
+    struct SenderCalls {
+        var running = 0
+        /// From `head` on, in the order they came.
+        var waiting: [Message] = []
+        var head = 0
+        var isWaiting: Bool { head < waiting.count }
+
+        mutating func next() -> Message? {
+            guard head < waiting.count else { return nil }
+            let message = waiting[head]
+            head += 1
+            if head == waiting.count {
+                waiting.removeAll()
+                head = 0
+            }
+            return message
+        }
+    }
     var subscriptions: [UInt64: Subscription] = [:]
     var nextSubscriptionID: UInt64 = 1
     var disconnectWaiters: [CheckedContinuation<Void, Never>] = []

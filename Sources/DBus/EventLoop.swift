@@ -20,7 +20,10 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     }
 
     private struct Shared {
+        /// Queued work from `head` on (taken from the front without
+        /// moving the rest).
         var work: [Work] = []
+        var head = 0
         var handlers: [UInt64: @Sendable (UInt32) -> Void] = [:]
         var nextToken: UInt64 = 1
         /// The loop thread is in (or about to enter) epoll_wait.
@@ -96,14 +99,17 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
             while ran < Self.jobsPerPoll {
                 let batch: [Work]? = shared.withLock { s in
                     if s.stopping { return nil }
-                    let take = min(s.work.count, Self.jobsPerPoll - ran)
-                    if take == s.work.count {
-                        let w = s.work
+                    let take = min(s.work.count - s.head, Self.jobsPerPoll - ran)
+                    let w = Array(s.work[s.head..<(s.head + take)])
+                    s.head += take
+                    if s.head == s.work.count {
                         s.work.removeAll(keepingCapacity: true)
-                        return w
+                        s.head = 0
+                    } else if s.head >= 1024, s.head * 2 >= s.work.count {
+                        // A backlog that never empties: what was taken goes (amortised).
+                        s.work.removeFirst(s.head)
+                        s.head = 0
                     }
-                    let w = Array(s.work[..<take])
-                    s.work.removeFirst(take)
                     return w
                 }
                 guard let batch else {
@@ -118,7 +124,7 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
                     }
                 }
                 idle = shared.withLock { s in
-                    let idle = s.work.isEmpty && !s.stopping
+                    let idle = s.head == s.work.count && !s.stopping
                     s.sleeping = idle
                     return idle
                 }

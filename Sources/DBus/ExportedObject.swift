@@ -117,7 +117,18 @@ extension Connection {
         // waiting: this one waits behind them (a sender's calls start in
         // the order it sent them).
         let sender = message.sender ?? ""
-        if let calls = senderCalls[sender], calls.running >= Self.callsPerSender || !calls.waiting.isEmpty {
+        let (running, waiting) = senderCalls[sender].map { ($0.running, $0.waiting.count - $0.head) } ?? (0, 0)
+        if running >= Self.callsPerSender || waiting > 0 {
+            guard waiting < Self.waitingPerSender else {
+                if !message.noReplyExpected {
+                    reply(
+                        to: message,
+                        error: DBusError(
+                            name: "org.freedesktop.DBus.Error.LimitsExceeded",
+                            message: "\(Self.callsPerSender + Self.waitingPerSender) calls of this connection are already being handled or waiting"))
+                }
+                return
+            }
             senderCalls[sender]?.waiting.append(message)
             return
         }
@@ -128,11 +139,12 @@ extension Connection {
     /// answered at once, a held property's Get, lets the next start too).
     private func ended(_ sender: String) {
         senderCalls[sender]?.running -= 1
-        while let calls = senderCalls[sender], calls.running < Self.callsPerSender, !calls.waiting.isEmpty {
-            senderCalls[sender]?.waiting.removeFirst()
-            start(calls.waiting[0], sender: sender)
+        while (senderCalls[sender]?.running ?? Self.callsPerSender) < Self.callsPerSender,
+            let next = senderCalls[sender]?.next()
+        {
+            start(next, sender: sender)
         }
-        if let calls = senderCalls[sender], calls.running == 0, calls.waiting.isEmpty { senderCalls[sender] = nil }
+        if let calls = senderCalls[sender], calls.running == 0, !calls.isWaiting { senderCalls[sender] = nil }
     }
 
     private func start(_ message: Message, sender: String) {
@@ -154,7 +166,7 @@ extension Connection {
         // executor preference keeps nonisolated handler code on the loop's
         // thread too (no hop to the global pool, calls start in order).
         object.callsInProgress[sender, default: 0] += 1
-        senderCalls[sender, default: (0, [])].running += 1
+        senderCalls[sender, default: SenderCalls()].running += 1
         Task(executorPreference: loop) { [self] in
             await execute(message, at: pathText, sender: sender)
         }

@@ -7,7 +7,8 @@ import Glibc
 /// /tmp/.X11-unix for `XN`). An event, not polling.
 ///
 /// Bounded however fast the files there churn (/tmp/.X11-unix is writable
-/// by every user): only `X<digits>` and `wayland-<digits>` names count;
+/// by every user): only `X<digits>` and `wayland-NAME` (not `.lock`) names
+/// count, as `SessionProbe` finds displays;
 /// after a wake-up that read events the watch pauses `pause` (the kernel
 /// queues what comes meanwhile, and an overflow counts as a change), so
 /// `changed` is called at most once per pause, and the first change of a
@@ -52,7 +53,10 @@ public final class DisplaySocketWatch: @unchecked Sendable {
         close(fd)
     }
 
-    /// Whether `name` is a display socket's: `X<digits>` or `wayland-<digits>`.
+    /// Whether `name` is a display socket's: `X<digits>` (in /tmp/.X11-unix,
+    /// which every user may write) or `wayland-NAME`, not `NAME.lock` (in the
+    /// user's own runtime directory; a compositor may name its socket, as
+    /// `SessionProbe` takes it).
     static func isDisplayName(_ name: Substring) -> Bool {
         Array(name.utf8).withUnsafeBufferPointer { isDisplayName($0) }
     }
@@ -63,18 +67,16 @@ public final class DisplaySocketWatch: @unchecked Sendable {
     static func isDisplayName(_ name: UnsafeBufferPointer<UInt8>) -> Bool {
         var end = 0
         while end < name.count, name[end] != 0 { end += 1 }
-        var start: Int
-        if end > 0, name[0] == UInt8(ascii: "X") {
-            start = 1
-        } else if end > 8, name[0] == UInt8(ascii: "w"), name[1] == UInt8(ascii: "a"), name[2] == UInt8(ascii: "y"),
+        var start = 1
+        if end > 8, name[0] == UInt8(ascii: "w"), name[1] == UInt8(ascii: "a"), name[2] == UInt8(ascii: "y"),
             name[3] == UInt8(ascii: "l"), name[4] == UInt8(ascii: "a"), name[5] == UInt8(ascii: "n"),
             name[6] == UInt8(ascii: "d"), name[7] == UInt8(ascii: "-")
         {
-            start = 8
-        } else {
-            return false
+            let lock = end >= 13 && name[end - 5] == UInt8(ascii: ".") && name[end - 4] == UInt8(ascii: "l")
+                && name[end - 3] == UInt8(ascii: "o") && name[end - 2] == UInt8(ascii: "c") && name[end - 1] == UInt8(ascii: "k")
+            return !lock
         }
-        guard end > start, end - start <= 10 else { return false }
+        guard end > 1, name[0] == UInt8(ascii: "X"), end - start <= 10 else { return false }
         while start < end {
             guard name[start] >= UInt8(ascii: "0"), name[start] <= UInt8(ascii: "9") else { return false }
             start += 1
@@ -138,8 +140,13 @@ public final class DisplaySocketWatch: @unchecked Sendable {
                     if mask & UInt32(IN_Q_OVERFLOW) != 0 {
                         relevant = true
                     } else if !parents.isEmpty, let missing = parents[wd] {
-                        let text = String(decoding: name.prefix(while: { $0 != 0 }), as: UTF8.self)
-                        appeared += missing.filter { $0.hasSuffix("/" + text) }
+                        // Any user's file in /tmp: compared as bytes.
+                        var length = 0
+                        while length < name.count, name[length] != 0 { length += 1 }
+                        for directory in missing {
+                            let last = directory.utf8.split(separator: UInt8(ascii: "/")).last ?? []
+                            if last.count == length, last.elementsEqual(name.prefix(length)) { appeared.append(directory) }
+                        }
                     } else if mask & selfEvents != 0 {
                         if let directory = directories.first(where: { $0.value == wd })?.key { gone.append(directory) }
                     } else if !relevant, Self.isDisplayName(name) {

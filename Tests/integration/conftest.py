@@ -319,6 +319,35 @@ def ga_env(request):
     env.stop()
 
 
+@pytest.fixture
+def fake(request, ga_env):
+    """Makes fake DevTools endpoints (devtools_fake.py) for the browser
+    layer's tests, closed after the test (after the daemons, which would
+    otherwise see their browser go, and retry); their records are attached
+    to a failure's report. A test whose service sent
+    the fake what a WebSocket client must not (an unmasked frame, not a
+    command) fails."""
+    made = []
+    if not hasattr(request.node, "_dbus_buses"):
+        request.node._dbus_buses = []
+
+    def make(**options):
+        from devtools_fake import FakeDevTools
+
+        endpoint = FakeDevTools(**options)
+        made.append(endpoint)
+        request.node._dbus_buses.append(endpoint)
+        return endpoint
+
+    yield make
+    for daemon in ga_env.daemons:
+        daemon.stop()
+    for endpoint in made:
+        endpoint.close()
+    for endpoint in made:
+        assert not endpoint.client_errors, f"the service's WebSocket client misbehaved: {endpoint.client_errors}"
+
+
 def start_guidedaccessd(env, **kwargs):
     try:
         return env.start_daemon(**kwargs)

@@ -21,7 +21,7 @@ import uuid
 import pytest
 
 from conftest import start_guidedaccessd
-from devtools_fake import FakeDevTools, frame, text
+from devtools_fake import frame, text
 from gadaemon import GA_ERROR, IFACE, NAME, PATH, Recorder, busctl_options, pump
 
 BROWSER_FEATURES = ["grayscale", "high-contrast", "invert-colors", "large-text", "reduce-motion", "zoom"]
@@ -38,32 +38,6 @@ CALL_LIMIT = 2.0  # the cap, and room for busctl and the rest of the call
 def env(ga_env):
     ga_env.stand_for_no_desktop()
     return ga_env
-
-
-@pytest.fixture
-def fake(request, ga_env):
-    """Makes fake DevTools endpoints, closed after the test (after the
-    daemons, which would otherwise see their browser go, and retry); their
-    records are attached to a failure's report. A test whose service sent
-    the fake what a WebSocket client must not (an unmasked frame, not a
-    command) fails."""
-    made = []
-    if not hasattr(request.node, "_dbus_buses"):
-        request.node._dbus_buses = []
-
-    def make(**options):
-        endpoint = FakeDevTools(**options)
-        made.append(endpoint)
-        request.node._dbus_buses.append(endpoint)
-        return endpoint
-
-    yield make
-    for daemon in ga_env.daemons:
-        daemon.stop()
-    for endpoint in made:
-        endpoint.close()
-    for endpoint in made:
-        assert not endpoint.client_errors, f"the service's WebSocket client misbehaved: {endpoint.client_errors}"
 
 
 def start(env, endpoint):

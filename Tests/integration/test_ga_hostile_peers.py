@@ -43,7 +43,6 @@ import pytest
 
 from agents import readable
 from conftest import start_guidedaccessd
-from devtools_fake import FakeDevTools
 from gadaemon import (_STARTED, GA_ERROR, HERE, IFACE, NAME, NOBODY, PATH, PROPERTIES, Recorder, _die_with_parent,
                       pump_for)
 from test_ga_browser_faults import cleaned_up, start, start_session, wait_showed
@@ -59,31 +58,6 @@ SYSTEM_PYTHON = "/usr/bin/python3"  # the one with dbus-python; the venv's is a 
 def env(ga_env):
     ga_env.stand_for_no_desktop()
     return ga_env
-
-
-@pytest.fixture
-def fake(request, ga_env):
-    """Fake DevTools endpoints in this process, closed after the test
-    (after the daemons); their records are attached to a failure's report.
-    As in test_ga_browser_faults: a test whose service sent the fake what a
-    WebSocket client must not (an unmasked frame, not a command) fails."""
-    made = []
-    if not hasattr(request.node, "_dbus_buses"):
-        request.node._dbus_buses = []
-
-    def make(**options):
-        endpoint = FakeDevTools(**options)
-        made.append(endpoint)
-        request.node._dbus_buses.append(endpoint)
-        return endpoint
-
-    yield make
-    for daemon in ga_env.daemons:
-        daemon.stop()
-    for endpoint in made:
-        endpoint.close()
-    for endpoint in made:
-        assert not endpoint.client_errors, f"the service's WebSocket client misbehaved: {endpoint.client_errors}"
 
 
 # ---------------------------------------------------------------- helpers
