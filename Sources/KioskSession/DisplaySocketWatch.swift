@@ -8,11 +8,12 @@ import Glibc
 ///
 /// Bounded however fast the files there churn (/tmp/.X11-unix is writable
 /// by every user): only `X<digits>` and `wayland-NAME` (not `.lock`) names
-/// count, as `SessionProbe` finds displays;
-/// after a wake-up that read events the watch pauses `pause` (the kernel
+/// count, as `SessionProbe` finds displays; after a wake-up that came
+/// within `pause` of the one before, the watch pauses `pause` (the kernel
 /// queues what comes meanwhile, and an overflow counts as a change), so
-/// `changed` is called at most once per pause, and the first change of a
-/// quiet directory at once. A directory missing at the start is watched
+/// under a churn `changed` is called at most twice per pause, while the
+/// steps of a display coming (the Wayland socket, then Xwayland's X socket)
+/// are each seen at once. A directory missing at the start is watched
 /// for in its parent and watched once it appears (an X server started
 /// after the service makes /tmp/.X11-unix), and again if it is removed.
 public final class DisplaySocketWatch: @unchecked Sendable {
@@ -21,6 +22,7 @@ public final class DisplaySocketWatch: @unchecked Sendable {
     private let changed: @Sendable () -> Void
     private var source: EventLoop.SourceToken?
     private var resume: Task<Void, Never>?
+    private var lastWake: ContinuousClock.Instant?
     /// The directories to watch, and their watch descriptors once watched.
     private var directories: [String: Int32?] = [:]
     /// The parents watched for missing directories: descriptor → those.
@@ -105,7 +107,13 @@ public final class DisplaySocketWatch: @unchecked Sendable {
     private func ready() {
         let relevant = drain()
         if relevant { changed() }
-        // Pause: what comes meanwhile waits in the kernel's queue.
+        // Pause only when events come close together (a churn): a display
+        // that comes in steps — Xwayland's X socket a few milliseconds after
+        // the compositor's Wayland one — is seen at each step.
+        let now = ContinuousClock.now
+        defer { lastWake = now }
+        guard let last = lastWake, now - last < Self.pause else { return }
+        // What comes meanwhile waits in the kernel's queue.
         if let source { loop.removeSource(source, fd: fd) }
         source = nil
         let loop = self.loop
