@@ -347,6 +347,12 @@ def test_6_a_session_whose_time_limit_passed_while_powered_off_ends_at_the_boot(
 
 def test_7_removing_the_package_mid_session_stops_the_agent_and_its_orca(agent_kiosk):
     ct = agent_kiosk
+    # Test 6 has just booted the kiosk: sway's Wayland socket comes first,
+    # Xwayland's X display (which Orca needs) a moment later, and until the
+    # agent has seen it the screen reader is honestly not supported. A kiosk
+    # app after a boot waits for SupportedFeatures the same way.
+    us.wait_for(lambda: "screen-reader" in prop(ct, "SupportedFeatures"),
+                "the agent to deliver the screen reader after the boot", timeout=15, interval=0.1)
     start_session(ct)
     assert readers(ct) and agent_state(ct)["ActiveState"] == "active"
     removed = ct.run(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", "remove", "guidedaccess"],
