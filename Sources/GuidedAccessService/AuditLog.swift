@@ -68,32 +68,12 @@ public struct AuditLog: Sendable {
     public func record(
         _ event: AuditEvent, caller: CallerIdentity?, _ message: String, fields: [String: String] = [:]
     ) {
-        var datagram = Datagram()
-        func append(_ name: String, _ value: String) { datagram.append(name, value) }
-        append("MESSAGE", message)
-        append("MESSAGE_ID", event.messageID)
-        append("PRIORITY", String(event.priority))
-        append("SYSLOG_IDENTIFIER", "guidedaccessd")
-        append("GUIDEDACCESS_EVENT", event.rawValue)
-        if let caller {
-            append("GUIDEDACCESS_CALLER_UID", String(caller.uid))
-            append("GUIDEDACCESS_CALLER_PID", String(caller.pid))
-            append("GUIDEDACCESS_CALLER_EXE", caller.executablePath ?? "")
-            append("GUIDEDACCESS_CALLER_UNIT", caller.systemdUnit ?? "")
-        }
-        for (name, value) in fields.sorted(by: { $0.key < $1.key }) { append("GUIDEDACCESS_" + name, value) }
+        let datagram = Self.datagram(event, caller: caller, message, fields: fields)
         let dropped = journal.dropped
         if dropped > 0 {
-            let event = AuditEvent.recordsDropped
-            let report = Self.datagram([
-                ("MESSAGE", "\(dropped) audit records were not written: journald was not reading"),
-                ("MESSAGE_ID", event.messageID), ("PRIORITY", String(event.priority)),
-                ("SYSLOG_IDENTIFIER", "guidedaccessd"), ("GUIDEDACCESS_EVENT", event.rawValue),
-                ("GUIDEDACCESS_DROPPED", String(dropped)),
-            ])
-            if journal.send(report, replacing: dropped) == .sent {
-                logger.warning("audit: \(dropped) audit records were not written: journald was not reading")
-            }
+            let note = "\(dropped) audit records were not written: journald was not reading"
+            let report = Self.datagram(.recordsDropped, caller: nil, note, fields: ["DROPPED": String(dropped)])
+            if journal.send(report.bytes, replacing: dropped) == .sent { logger.warning("audit: \(note)") }
         }
         if journal.send(datagram.bytes) == .unavailable {
             // At the record's own priority: a refusal is a warning. The
@@ -114,6 +94,28 @@ public struct AuditLog: Sendable {
         var datagram = Datagram()
         for (name, value) in fields { datagram.append(name, value) }
         return datagram.bytes
+    }
+
+    /// A record's datagram: its message, id, priority and event, the
+    /// caller, then `fields` as `GUIDEDACCESS_NAME`, in name order.
+    private static func datagram(
+        _ event: AuditEvent, caller: CallerIdentity?, _ message: String, fields: [String: String]
+    ) -> Datagram {
+        var datagram = Datagram()
+        func append(_ name: String, _ value: String) { datagram.append(name, value) }
+        append("MESSAGE", message)
+        append("MESSAGE_ID", event.messageID)
+        append("PRIORITY", String(event.priority))
+        append("SYSLOG_IDENTIFIER", "guidedaccessd")
+        append("GUIDEDACCESS_EVENT", event.rawValue)
+        if let caller {
+            append("GUIDEDACCESS_CALLER_UID", String(caller.uid))
+            append("GUIDEDACCESS_CALLER_PID", String(caller.pid))
+            append("GUIDEDACCESS_CALLER_EXE", caller.executablePath ?? "")
+            append("GUIDEDACCESS_CALLER_UNIT", caller.systemdUnit ?? "")
+        }
+        for (name, value) in fields.sorted(by: { $0.key < $1.key }) { append("GUIDEDACCESS_" + name, value) }
+        return datagram
     }
 
     struct Datagram {
