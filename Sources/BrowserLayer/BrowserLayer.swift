@@ -9,7 +9,9 @@ import Synchronization
 /// The session's features inside the kiosk browser's pages, through
 /// Chromium's DevTools protocol (spec: "Browser layer").
 ///
-/// One WebSocket to the browser target. While no session needs the pages it
+/// One connection to the browser target: a WebSocket to its DevTools
+/// endpoint, or the socket a launcher relays its DevTools pipe on (an
+/// attachment: used once, never reconnected — the launcher attaches anew). While no session needs the pages it
 /// is attached to none of them, so an idle kiosk sees no DevTools traffic
 /// and the service no wake-up; while one does, it auto-attaches to every page
 /// (those open, those opened later) and shows the session's `BrowserLook` in
@@ -28,7 +30,12 @@ import Synchronization
 /// log lines rate-limited (`PeerLog`), and the memory a connection took
 /// given back to the system when it goes.
 public actor BrowserLayer {
-    public nonisolated let endpoint: DevToolsEndpoint
+    /// Where the browser is.
+    public nonisolated let source: Source
+    /// An attachment's socket until it is taken up.
+    private var descriptor: Int32?
+    /// An attachment whose connection ended (or never was): done for good.
+    public private(set) var finished = false
     private nonisolated let loop: EventLoop
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
     private let log: PeerLog
@@ -42,7 +49,8 @@ public actor BrowserLayer {
     public private(set) var isConnected = false
     private var connecting: Task<Bool, Never>?
     private var lastAttempt: ContinuousClock.Instant?
-    private var lastProblem: String?
+    /// Why the last attempt to connect failed.
+    public private(set) var lastProblem: String?
     private var retry: Task<Void, Never>?
     private var backoff = BrowserLayer.firstBackoff
     private var connectedAt: ContinuousClock.Instant?
@@ -83,10 +91,37 @@ public actor BrowserLayer {
         var work: Task<Void, Never>?
     }
 
+    public enum Source: Sendable, CustomStringConvertible {
+        /// `[Browser] DevToolsEndpoint=`.
+        case endpoint(DevToolsEndpoint)
+        /// `AttachBrowser`: by whom (for the log).
+        case attachment(String)
+
+        public var description: String {
+            switch self {
+            case .endpoint(let endpoint): "at \(endpoint)"
+            case .attachment(let who): "attached by \(who)"
+            }
+        }
+    }
+
     public init(endpoint: DevToolsEndpoint, loop: EventLoop, logger: Logger) {
-        self.endpoint = endpoint
+        self.source = .endpoint(endpoint)
         self.loop = loop
         self.log = PeerLog(logger)
+    }
+
+    /// A layer over `descriptor` (which it now owns), the service's end of
+    /// the socket a launcher relays the browser's DevTools pipe on.
+    public init(attachedBy who: String, descriptor: Int32, loop: EventLoop, logger: Logger) {
+        self.source = .attachment(who)
+        self.descriptor = descriptor
+        self.loop = loop
+        self.log = PeerLog(logger)
+    }
+
+    deinit {
+        if let descriptor { close(descriptor) }
     }
 
     // MARK: What the service asks
@@ -136,10 +171,29 @@ public actor BrowserLayer {
         await reconcile()
     }
 
+    /// The browser's product and version, once connected.
+    public var browserName: String {
+        get async { await client?.browserVersion ?? "no browser" }
+    }
+
+    /// Lets go of an attachment for good (its launcher attached anew):
+    /// the connection closes, which the launcher sees, and nothing is retried.
+    public func stop() async {
+        finished = true
+        retry?.cancel()
+        retry = nil
+        guard let client else { return }
+        self.client = nil
+        isConnected = false
+        pages = [:]
+        await client.close()
+        onChange?()
+    }
+
     // MARK: Connecting
 
     private func attempt() {
-        guard client == nil, connecting == nil else { return }
+        guard client == nil, connecting == nil, !finished else { return }
         retry?.cancel()
         retry = nil
         lastAttempt = .now
@@ -148,16 +202,32 @@ public actor BrowserLayer {
 
     private func connect() async -> Bool {
         do throws(DevToolsFailure) {
-            let client = try await DevToolsClient.open(
-                endpoint, loop: loop, timeout: Self.openTimeout, owner: owner, log: log,
-                onEvent: { [weak self] event in self?.assumeIsolated { $0.handle(event) } },
-                onClose: { [weak self] reason in self?.assumeIsolated { $0.lost(reason) } })
+            let onEvent: @Sendable (DevToolsEvent) -> Void = { [weak self] event in self?.assumeIsolated { $0.handle(event) } }
+            let onClose: @Sendable (DevToolsFailure) -> Void = { [weak self] reason in self?.assumeIsolated { $0.lost(reason) } }
+            let client: DevToolsClient
+            switch source {
+            case .endpoint(let endpoint):
+                client = try await DevToolsClient.open(
+                    endpoint, loop: loop, timeout: Self.openTimeout, owner: owner, log: log, onEvent: onEvent,
+                    onClose: onClose)
+            case .attachment:
+                guard let descriptor else { throw DevToolsFailure("the attachment's socket was taken up already") }
+                self.descriptor = nil
+                do throws(DevToolsFailure) {
+                    client = try await DevToolsClient.attach(
+                        descriptor, loop: loop, timeout: Self.openTimeout, log: log, onEvent: onEvent, onClose: onClose)
+                } catch {
+                    finished = true
+                    throw error
+                }
+            }
             connecting = nil
             self.client = client
             isConnected = true
             connectedAt = .now
             lastProblem = nil
-            log.log(.notice, "browser layer: connected to \(client.browserVersion) at \(endpoint)")
+            let version = await client.browserVersion
+            log.log(.notice, "browser layer: connected to \(version) \(source)")
             onChange?()
             // Not awaited: a call that connected first waits for the pages
             // once, in its own `show`, within its own limit.
@@ -167,9 +237,9 @@ public actor BrowserLayer {
             connecting = nil
             if lastProblem != error.description {
                 lastProblem = error.description
-                log.log(.info, "browser layer: no browser at \(endpoint): \(error)")
+                log.log(.info, "browser layer: no browser \(source): \(error)")
             }
-            if look != nil { scheduleRetry() }
+            if look != nil, !finished { scheduleRetry() }
             return false
         }
     }
@@ -199,12 +269,15 @@ public actor BrowserLayer {
         pages = [:]
         if let connectedAt, ContinuousClock.now - connectedAt >= Self.steadyConnection { backoff = Self.firstBackoff }
         connectedAt = nil
-        log.log(.warning, "browser layer: lost the browser at \(endpoint): \(reason)")
+        log.log(.warning, "browser layer: lost the browser \(source): \(reason)")
+        if case .attachment = source { finished = true }
         // What the connection took (its buffers, its pages) goes back to the
         // system, not only to malloc's free lists.
         malloc_trim(0)
         onChange?()
-        if look != nil {
+        if finished {
+            return
+        } else if look != nil {
             scheduleRetry()
         } else {
             // If the browser is still there, what it shows was not undone.

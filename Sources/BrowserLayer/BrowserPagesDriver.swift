@@ -1,4 +1,5 @@
 import DBus
+import Glibc
 import GuidedAccessCore
 import Logging
 
@@ -7,26 +8,41 @@ import Logging
 /// grayscale, high contrast, large text and reduce motion, in every page,
 /// wherever no other driver covers the whole screen with them.
 ///
-/// While the browser is connected it delivers them and `Desktop` ends in
-/// `+browser`; both change when it comes or goes. It keeps nothing in the
-/// journal: what a service before it left in the pages is cleared when the
-/// layer connects.
-public final class BrowserPagesDriver: FeatureDriver, @unchecked Sendable {
+/// The browsers: each one a launcher attached (`AttachBrowser`, the
+/// browser's DevTools pipe relayed by `guidedaccessctl browser`), and the
+/// one at `[Browser] DevToolsEndpoint=` if configured. While one is
+/// connected the layer delivers the features and `Desktop` ends in
+/// `+browser`; both change when browsers come or go. It keeps nothing in
+/// the journal: what a service before it left in the pages is cleared when
+/// a layer connects.
+public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @unchecked Sendable {
     public let name = "browser"
-    private let layer: BrowserLayer
+    /// The browser at `[Browser] DevToolsEndpoint=`; nil: none configured.
+    private let endpointLayer: BrowserLayer?
+    /// The browsers launchers attached, by the launcher's bus name.
+    private var attached: [(owner: String, layer: BrowserLayer)] = []
     private let loop: EventLoop
-    /// Whether the layer is connected, as `capabilities` last said.
+    private let logger: Logger
+    /// The look the session wants, as last applied (a browser attached
+    /// later is shown it).
+    private var look: BrowserLook?
+    /// Whether a browser is connected, as `capabilities` last said.
     private var connected = false
     private var events: (@Sendable (DriverEvent) -> Void)?
 
-    public init(endpoint: DevToolsEndpoint, loop: EventLoop, logger: Logger) {
-        layer = BrowserLayer(endpoint: endpoint, loop: loop, logger: logger)
+    /// Browsers attached at once: a second launcher is a second browser,
+    /// but no caller may make the service hold more than this.
+    static let attachmentLimit = 8
+
+    public init(endpoint: DevToolsEndpoint?, loop: EventLoop, logger: Logger) {
+        endpointLayer = endpoint.map { BrowserLayer(endpoint: $0, loop: loop, logger: logger) }
         self.loop = loop
+        self.logger = logger
     }
 
     /// `[Browser] DevToolsEndpoint=`: the kiosk browser's
     /// `--remote-debugging-port`, a loopback `http://` address; empty (the
-    /// default): no browser layer.
+    /// default): none (a browser is attached by its launcher).
     package static let configurationKey = DriverConfigurationKey(group: "Browser", key: "DevToolsEndpoint") { value in
         guard !value.isEmpty, case .failure(let problem) = DevToolsEndpoint.parse(value) else { return nil }
         return problem.description
@@ -39,9 +55,12 @@ public final class BrowserPagesDriver: FeatureDriver, @unchecked Sendable {
     }
 
     package var capabilities: [Feature: FeatureCapability] {
+        let reason =
+            endpointLayer.map { "no browser is attached (guidedaccessctl browser) or connected \($0.source)" }
+            ?? "no browser is attached: start the kiosk browser with guidedaccessctl browser"
         var capabilities: [Feature: FeatureCapability] = [:]
         for feature in BrowserLook.realisable {
-            capabilities[feature] = connected ? .delivers(.part) : .notActing("no browser is connected at \(layer.endpoint)")
+            capabilities[feature] = connected ? .delivers(.part) : .notActing(reason)
         }
         return capabilities
     }
@@ -50,46 +69,97 @@ public final class BrowserPagesDriver: FeatureDriver, @unchecked Sendable {
 
     package nonisolated(nonsending) func start(_ events: @escaping @Sendable (DriverEvent) -> Void) async {
         self.events = events
-        let loop = self.loop
-        await layer.start { [self] in
-            Task(executorPreference: loop) { await self.connectionChanged() }
-        }
+        await endpointLayer?.start(onChange: changeHandler())
     }
 
-    /// The layer connected or lost the browser.
+    private func changeHandler() -> @Sendable () -> Void {
+        let loop = self.loop
+        return { [self] in Task(executorPreference: loop) { await self.connectionChanged() } }
+    }
+
+    /// A browser connected or went: attachments that ended are let go of.
     private func connectionChanged() async {
-        let now = await layer.isConnected
+        var now = await endpointLayer?.isConnected ?? false
+        var kept: [(owner: String, layer: BrowserLayer)] = []
+        for entry in attached where !(await entry.layer.finished) {
+            kept.append(entry)
+            if await entry.layer.isConnected { now = true }
+        }
+        attached = kept
         guard now != connected else { return }
         connected = now
         events?(.changed)
     }
 
+    /// `AttachBrowser`: a launcher's socket becomes a browser of the layer,
+    /// shown the session's look once it has answered.
+    package nonisolated(nonsending) func attach(_ caller: BusCaller, descriptor: Int32) async throws(GuidedAccessError)
+        -> String
+    {
+        var domain: Int32 = 0, type: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        let isDomain = getsockopt(descriptor, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0
+        length = socklen_t(MemoryLayout<Int32>.size)
+        let isType = getsockopt(descriptor, SOL_SOCKET, SO_TYPE, &type, &length) == 0
+        guard isDomain, isType, domain == AF_UNIX, type == Int32(SOCK_STREAM.rawValue) else {
+            close(descriptor)
+            throw .invalidArgs(
+                "the descriptor is not a Unix stream socket: pass one end of socketpair(AF_UNIX, SOCK_STREAM) relaying the browser's --remote-debugging-pipe")
+        }
+        // One browser per launcher: its earlier attachment gives way.
+        if let earlier = attached.first(where: { $0.owner == caller.uniqueName }) {
+            attached.removeAll { $0.owner == caller.uniqueName }
+            await earlier.layer.stop()
+        }
+        guard attached.count < Self.attachmentLimit else {
+            close(descriptor)
+            throw .limitExceeded("\(Self.attachmentLimit) browsers are attached already")
+        }
+        let layer = BrowserLayer(
+            attachedBy: "\(caller.uniqueName) (uid \(caller.identity.uid))", descriptor: descriptor,
+            loop: loop, logger: logger)
+        attached.append((caller.uniqueName, layer))
+        await layer.start(onChange: changeHandler())
+        guard await layer.connectIfAbsent() else {
+            attached.removeAll { $0.layer === layer }
+            throw .invalidArgs(
+                "no DevTools at the other end of the socket: \(await layer.lastProblem ?? "it closed")")
+        }
+        await layer.show(look)
+        await connectionChanged()
+        return await layer.browserName
+    }
+
     /// A caller asks for features only the browser would give while it is
-    /// not connected: try now, so that a browser started since is used.
+    /// not connected: try the endpoint now, so that a browser started since is used.
     package nonisolated(nonsending) func lookAgain(for features: Set<Feature>) async {
-        guard !connected, !features.isDisjoint(with: BrowserLook.realisable) else { return }
-        _ = await layer.connectIfAbsent()
+        guard !connected, let endpointLayer, !features.isDisjoint(with: BrowserLook.realisable) else { return }
+        _ = await endpointLayer.connectIfAbsent()
         await connectionChanged()
     }
 
-    /// A client reading what is supported while the browser is not
-    /// connected makes the layer look for it (at most once a second): how a
-    /// browser started after the service is found without a timer.
+    /// A client reading what is supported while no browser is connected
+    /// makes the layer look for the endpoint's (at most once a second): how
+    /// a browser started after the service is found without a timer.
     package func supportWasRead() {
-        guard !connected else { return }
-        let layer = self.layer
-        Task(executorPreference: loop) { await layer.lookIfAbsent() }
+        guard !connected, let endpointLayer else { return }
+        Task(executorPreference: loop) { await endpointLayer.lookIfAbsent() }
     }
 
-    package var followsReads: Bool { true }
+    package var followsReads: Bool { endpointLayer != nil }
 
-    /// Shows the target's features in every page; returns once the pages
-    /// show them, or after the layer's bound (a page that does not answer is
-    /// left out). Not connected: shown once it is.
+    /// Shows the target's features in every page of every browser; returns
+    /// once the pages show them, or after the layers' bound (a page that
+    /// does not answer is left out). Not connected: shown once it is.
     package nonisolated(nonsending) func apply(_ target: DriverTarget) async throws(DriverFailure) -> Bool {
         let features = target.forPart.intersection(BrowserLook.realisable)
-        await layer.show(
-            features.isEmpty ? nil : BrowserLook(features: features, zoomFactor: target.zoomFactor, textScale: target.textScale))
+        let look = features.isEmpty ? nil : BrowserLook(features: features, zoomFactor: target.zoomFactor, textScale: target.textScale)
+        self.look = look
+        // The browsers side by side: each waits for its pages within its own bound.
+        let shows = ([endpointLayer].compactMap { $0 } + attached.map { $0.layer }).map { layer in
+            Task(executorPreference: loop) { await layer.show(look) }
+        }
+        for show in shows { await show.value }
         return false
     }
 

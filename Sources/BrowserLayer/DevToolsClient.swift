@@ -45,9 +45,11 @@ package struct DevToolsEvent: Sendable {
     package let sessionID: String?
 }
 
-/// One connection to a Chromium browser's DevTools endpoint: `/json/version`
-/// over plain HTTP for the browser target's WebSocket address, then that
-/// WebSocket; commands with ids and a timeout each, events to a handler.
+/// One connection to a Chromium browser's DevTools: to its endpoint
+/// (`/json/version` over plain HTTP for the browser target's WebSocket
+/// address, then that WebSocket), or over the socket the launcher relays
+/// the browser's DevTools pipe on (NUL-delimited messages,
+/// `PipeFraming`); commands with ids and a timeout each, events to a handler.
 /// Nothing the browser sends is ever evaluated; it is parsed as JSON with
 /// limits and read for the few fields the layer needs. Anything that is not
 /// a DevTools message closes the connection.
@@ -70,8 +72,8 @@ actor DevToolsClient {
     static let pendingLimit = 256
 
     private let stream: LoopbackStream
-    private var decoder = WebSocket.Decoder(limit: DevToolsClient.messageLimit)
-    private var nextID = 1
+    private var decoder: Decoder
+    private var nextID: Int
     private var pending: [Int: (continuation: CheckedContinuation<JSON, Error>, timer: Task<Void, Never>)] = [:]
     private var failure: DevToolsFailure?
     /// Frames waiting for the one writer (`send`), from `outboxHead` on,
@@ -86,11 +88,45 @@ actor DevToolsClient {
     private let onEvent: @Sendable (DevToolsEvent) -> Void
     private let onClose: @Sendable (DevToolsFailure) -> Void
     private let log: PeerLog
-    /// The browser's product and version, from `/json/version`.
-    let browserVersion: String
+    /// The browser's product and version (`/json/version`, `Browser.getVersion`).
+    private(set) var browserVersion: String
+
+    /// How messages are cut out of the stream: WebSocket frames (an
+    /// endpoint) or NUL bytes (a pipe).
+    private enum Decoder {
+        case webSocket(WebSocket.Decoder)
+        case pipe(PipeFraming.Decoder)
+
+        mutating func feed(_ bytes: UnsafeRawBufferPointer) {
+            switch self {
+            case .webSocket(var decoder):
+                decoder.feed(bytes)
+                self = .webSocket(decoder)
+            case .pipe(var decoder):
+                decoder.feed(bytes)
+                self = .pipe(decoder)
+            }
+        }
+
+        mutating func next() throws(WebSocket.ProtocolError) -> WebSocket.Incoming? {
+            switch self {
+            case .webSocket(var decoder):
+                defer { self = .webSocket(decoder) }
+                return try decoder.next()
+            case .pipe(var decoder):
+                defer { self = .pipe(decoder) }
+                return decoder.next()
+            }
+        }
+
+        func frame(_ text: [UInt8]) -> [UInt8] {
+            if case .pipe = self { return PipeFraming.frame(text) }
+            return WebSocket.frame(.text, text)
+        }
+    }
 
     private init(
-        stream: LoopbackStream, loop: EventLoop, browserVersion: String, log: PeerLog,
+        stream: LoopbackStream, loop: EventLoop, browserVersion: String, log: PeerLog, pipe: Bool,
         onEvent: @escaping @Sendable (DevToolsEvent) -> Void, onClose: @escaping @Sendable (DevToolsFailure) -> Void
     ) {
         self.stream = stream
@@ -99,7 +135,22 @@ actor DevToolsClient {
         self.log = log
         self.onEvent = onEvent
         self.onClose = onClose
+        if pipe {
+            decoder = .pipe(PipeFraming.Decoder(limit: Self.messageLimit))
+            // The pipe outlives a service: replies to commands of a service
+            // before this one (or of the launcher) may still come, and must
+            // not be taken for this one's. Ids start somewhere else each time.
+            nextID = Int.random(in: 1..<Self.pipeIDCeiling / 2)
+        } else {
+            decoder = .webSocket(WebSocket.Decoder(limit: Self.messageLimit))
+            nextID = 1
+        }
     }
+
+    /// The service's command ids on a pipe stay below this; the launcher's
+    /// own (`guidedaccessctl browser`, cleaning up after a service that
+    /// went) are above it.
+    package static let pipeIDCeiling = 1 << 30
 
     /// Connects to the browser target at `endpoint` within `timeout`.
     /// `onEvent` and `onClose` run on the loop, in the order the browser
@@ -140,10 +191,35 @@ actor DevToolsClient {
             throw handshakeWatchdog.fired ? DevToolsFailure("no WebSocket from \(endpoint) within \(timeout)") : error
         }
         let client = DevToolsClient(
-            stream: stream, loop: loop, browserVersion: product, log: log, onEvent: onEvent, onClose: onClose)
+            stream: stream, loop: loop, browserVersion: product, log: log, pipe: false, onEvent: onEvent,
+            onClose: onClose)
         await client.run(after: rest)
         return client
     }
+
+    /// Takes over `descriptor`, the service's end of the socket the launcher
+    /// relays the browser's DevTools pipe on, and asks the browser its
+    /// version within `timeout`: what answers must speak DevTools.
+    nonisolated(nonsending) static func attach(
+        _ descriptor: Int32, loop: EventLoop, timeout: Duration, log: PeerLog,
+        onEvent: @escaping @Sendable (DevToolsEvent) -> Void, onClose: @escaping @Sendable (DevToolsFailure) -> Void
+    ) async throws(DevToolsFailure) -> DevToolsClient {
+        let stream = LoopbackStream(loop: loop, adopting: descriptor)
+        let client = DevToolsClient(
+            stream: stream, loop: loop, browserVersion: "a browser", log: log, pipe: true, onEvent: onEvent,
+            onClose: onClose)
+        await client.run(after: [])
+        do throws(DevToolsFailure) {
+            let version = try await client.call("Browser.getVersion", timeout: timeout)
+            await client.named(bounded(version["product"]?.string ?? "a browser", 80))
+        } catch {
+            await client.close()
+            throw DevToolsFailure("the browser did not answer Browser.getVersion: \(error)")
+        }
+        return client
+    }
+
+    private func named(_ product: String) { browserVersion = product }
 
     /// Sends a command and waits for its result; throws the browser's error,
     /// or a timeout (the connection stays: one page may hang, not the browser).
@@ -159,7 +235,7 @@ actor DevToolsClient {
         var message: [(String, JSON)] = [("id", .number(String(id))), ("method", .string(method))]
         message.append(("params", .object(params)))
         if let session { message.append(("sessionId", .string(session))) }
-        let frame = WebSocket.frame(.text, JSON.object(message).compactBytes())
+        let frame = decoder.frame(JSON.object(message).compactBytes())
         do {
             return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<JSON, Error>) in
                 let loop = self.loop

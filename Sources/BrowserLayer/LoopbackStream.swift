@@ -9,8 +9,10 @@ public struct DevToolsFailure: Error, Hashable, Sendable, CustomStringConvertibl
     init(_ description: String) { self.description = description }
 }
 
-/// A non-blocking TCP connection to the browser's loopback DevTools port,
-/// driven by the service's own loop: a read or write that would block
+/// A non-blocking connection to the kiosk browser's DevTools — a TCP
+/// connection to its loopback port, or the Unix socket the launcher
+/// (`guidedaccessctl browser`) relays its DevTools pipe over — driven by
+/// the service's own loop: a read or write that would block
 /// waits for epoll, not a thread. The descriptor is watched only while
 /// something waits on it, so an idle connection costs no wake-up, and a
 /// peer that hangs up cannot make epoll report it over and over.
@@ -34,6 +36,15 @@ final class LoopbackStream: @unchecked Sendable {
     static let readsPerWakeUp = 4
 
     init(loop: EventLoop) { self.loop = loop }
+
+    /// A stream over `fd`, a connected socket handed to the service (the
+    /// launcher's end of the browser's pipe), which it now owns.
+    init(loop: EventLoop, adopting fd: Int32) {
+        self.loop = loop
+        self.fd = fd
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+    }
 
     deinit { close() }
 

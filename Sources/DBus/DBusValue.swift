@@ -1,3 +1,5 @@
+import Glibc
+
 /// One D-Bus value of any type. Containers carry their element types so that
 /// empty arrays and dictionaries keep their signature.
 public indirect enum DBusValue: Hashable, Sendable {
@@ -14,7 +16,8 @@ public indirect enum DBusValue: Hashable, Sendable {
     case objectPath(ObjectPath)
     case signature(Signature)
     /// A file descriptor. A received one is a new descriptor the receiver owns
-    /// and must close.
+    /// and must close (an exported object's method call: the dispatcher
+    /// closes it after the handler; see `UnixFD`).
     case unixFD(Int32)
     case array(DBusType, [DBusValue])
     case dictionary(key: DBusType, value: DBusType, [DictEntry])
@@ -258,6 +261,45 @@ extension Signature: DBusRepresentable {
     public init(dbusValue v: DBusValue) throws(DBusError) {
         guard case .signature(let x) = v else { throw typeMismatch(Self.dbusType, v) }
         self = x
+    }
+}
+
+/// A file descriptor passed in a method call (`h`), lent to the handler:
+/// the dispatcher closes what a call carried once its handler returns, so
+/// a handler that keeps one dups it (`duplicate()`), and a call refused
+/// before or by its handler leaks none.
+public struct UnixFD: DBusRepresentable, Hashable {
+    public let rawValue: Int32
+    public init(_ rawValue: Int32) { self.rawValue = rawValue }
+    public static var dbusType: DBusType { .unixFD }
+    public var dbusValue: DBusValue { .unixFD(rawValue) }
+    public init(dbusValue v: DBusValue) throws(DBusError) {
+        guard case .unixFD(let x) = v else { throw typeMismatch(Self.dbusType, v) }
+        rawValue = x
+    }
+
+    /// A descriptor of the handler's own for the same file (close-on-exec);
+    /// nil when the process has no descriptor left.
+    public func duplicate() -> Int32? {
+        let fd = fcntl(rawValue, F_DUPFD_CLOEXEC, 0)
+        return fd >= 0 ? fd : nil
+    }
+}
+
+extension DBusValue {
+    /// Closes every descriptor in the value (received ones are the receiver's).
+    func closeDescriptors() {
+        switch self {
+        case .unixFD(let fd): if fd >= 0 { close(fd) }
+        case .array(_, let values), .structure(let values): for value in values { value.closeDescriptors() }
+        case .dictionary(_, _, let entries):
+            for entry in entries {
+                entry.key.closeDescriptors()
+                entry.value.closeDescriptors()
+            }
+        case .variant(let value): value.closeDescriptors()
+        default: break
+        }
     }
 }
 

@@ -295,6 +295,8 @@ extension Connection {
         for interface in candidates {
             guard let method = interface.method(member) else { continue }
             let arguments = try message.arguments(of: method)
+            // Descriptors the call carried are lent to the handler (`UnixFD`).
+            defer { for argument in arguments { argument.closeDescriptors() } }
             let call = makeCall(message, path: object.path, interface: interface.name, arguments: arguments)
             let values = try await method.handler(call)
             guard values.count == method.outputs.count, zip(values, method.outputs).allSatisfy({ $0.type == $1.type })
@@ -338,6 +340,7 @@ extension Connection {
                 throw DBusError.propertyReadOnly("property '\(property.name)' of \(interface) is read-only")
             }
             let args = try message.arguments()
+            defer { for argument in args { argument.closeDescriptors() } }
             let value = try Variant(dbusValue: args[2]).value
             guard value.type == property.type else {
                 throw DBusError.invalidArgs(

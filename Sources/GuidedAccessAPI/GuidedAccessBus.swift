@@ -25,6 +25,8 @@ public enum GuidedAccessMethod: String, CaseIterable, Sendable {
     case listRestrictions = "ListRestrictions"
     /// (1.2) A session agent registers (system mode).
     case registerAgent = "RegisterAgent"
+    /// (1.2) The kiosk browser's launcher hands over its DevTools pipe.
+    case attachBrowser = "AttachBrowser"
 }
 
 /// The properties of `org.guidedaccess.GuidedAccess1`.

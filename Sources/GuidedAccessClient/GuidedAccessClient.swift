@@ -107,6 +107,17 @@ public final class GuidedAccessClient: Sendable {
         try await call(.endSession)
     }
 
+    // MARK: The kiosk browser
+
+    /// (1.2) Hands the service `socket`, one end of a Unix stream socket
+    /// pair over which the caller relays the kiosk browser's DevTools pipe
+    /// (`--remote-debugging-pipe`, NUL-delimited JSON) — what
+    /// `guidedaccessctl browser` does. The descriptor is copied into the
+    /// message: the caller keeps its own and closes it.
+    public func attachBrowser(socket: Int32) async throws(GuidedAccessError) {
+        try await call(.attachBrowser, [.unixFD(socket)])
+    }
+
     // MARK: Properties
 
     func property(_ property: GuidedAccessProperty) async throws(GuidedAccessError) -> DBusValue {

@@ -17,6 +17,8 @@ public enum AuditEvent: String, Sendable, CaseIterable {
     /// Records that journald did not take (it was not reading: stalled,
     /// restarting) were dropped, not waited for; written once it reads again.
     case recordsDropped
+    /// (1.2) A launcher attached the kiosk browser (`AttachBrowser`).
+    case browserAttached
 
     public var messageID: String {
         switch self {
@@ -31,6 +33,7 @@ public enum AuditEvent: String, Sendable, CaseIterable {
         case .agentRefused: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a59"
         case .agentLost: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a5a"
         case .recordsDropped: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a5b"
+        case .browserAttached: return "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a5c"
         }
     }
 

@@ -76,6 +76,9 @@ public actor GuidedAccessService {
     /// (1.2) Who may be the session agent and which one is (system mode);
     /// nil in user mode, where the service is its own agent.
     let agents: (any AgentRegistry)?
+    /// (1.2) The driver a launcher's browser is attached to (`AttachBrowser`);
+    /// nil where none drives the browser's pages in the service itself.
+    let browsers: (any BrowserAttaching)?
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
 
@@ -93,6 +96,7 @@ public actor GuidedAccessService {
         self.logger = logger
         inhibitor = SleepInhibitor(systemBus: settings.systemBus, logger: logger)
         driversFollowReads = drivers.contains { $0.followsReads }
+        browsers = drivers.lazy.compactMap { $0 as? any BrowserAttaching }.first
         store = SessionStore(journal: journal, drivers: drivers)
     }
 
@@ -229,6 +233,10 @@ public actor GuidedAccessService {
                 },
                 Method(GuidedAccessMethod.registerAgent.rawValue) { call in
                     try await on(service).registerAgent(call)
+                },
+                Method(GuidedAccessMethod.attachBrowser.rawValue, Argument("browser", UnixFD.self)) { call, browser in
+                    let service = try on(service)
+                    try await service.audited(call) { try await service.attachBrowser(call, browser) }
                 },
             ],
             properties: [

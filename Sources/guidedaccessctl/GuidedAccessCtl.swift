@@ -144,7 +144,7 @@ struct GuidedAccessCtl: AsyncParsableCommand {
         discussion: exitCodeHelp,
         subcommands: [
             Status.self, Start.self, End.self, Enable.self, Disable.self, Restrictions.self, Restrict.self,
-            Monitor.self,
+            Monitor.self, BrowserLauncher.self,
         ])
 
     @OptionGroup var global: GlobalOptions

@@ -96,9 +96,11 @@ enum Drivers {
         if programs {
             drivers.append(SessionProgramsDriver(desktop: desktop, owner: owner, loop: connection.loop, bus: connection, logger: logger))
         }
-        if let endpoint = BrowserPagesDriver.configured(configuration.driverValue(group: "Browser", key: "DevToolsEndpoint")) {
-            drivers.append(BrowserPagesDriver(endpoint: endpoint, loop: connection.loop, logger: logger))
-        }
+        // Always there: a launcher may attach a browser (`AttachBrowser`).
+        drivers.append(
+            BrowserPagesDriver(
+                endpoint: BrowserPagesDriver.configured(configuration.driverValue(group: "Browser", key: "DevToolsEndpoint")),
+                loop: connection.loop, logger: logger))
         return drivers
     }
 }

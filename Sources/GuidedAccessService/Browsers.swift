@@ -1,0 +1,28 @@
+import DBus
+import GuidedAccessCore
+import GuidedAccessWire
+
+/// (1.2) `AttachBrowser`: the kiosk browser's launcher (`guidedaccessctl
+/// browser`) hands over the socket it relays the browser's DevTools pipe
+/// on. The launcher is a client like any other: admitted as StartSession's
+/// callers are. What is done with the socket is the driver's.
+extension GuidedAccessService {
+    func attachBrowser(_ call: MethodCall, _ browser: UnixFD) async throws {
+        guard let browsers else {
+            throw GuidedAccessError.other(
+                name: "org.freedesktop.DBus.Error.NotSupported",
+                message:
+                    "the system-mode service does not drive the browser's pages (it has no network, and the browser is the kiosk user's): run the launcher in the kiosk user's session, where the user-mode service or the session agent takes it")
+        }
+        let caller = try await identify(call)
+        try await admit(settings.policy.verdict(for: caller.identity, action: .startSession), caller, call)
+        // The call's descriptor is the dispatcher's: the driver gets its own.
+        guard let descriptor = browser.duplicate() else {
+            throw GuidedAccessError.backendFailed("cannot take the browser's socket: the service has no file descriptor left")
+        }
+        let product = try await browsers.attach(caller, descriptor: descriptor)
+        settings.audit.record(
+            .browserAttached, caller: caller.identity, "browser \(product) attached by \(call.sender)",
+            fields: ["BROWSER": product, "LAUNCHER": call.sender])
+    }
+}

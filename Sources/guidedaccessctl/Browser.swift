@@ -1,0 +1,506 @@
+import ArgumentParser
+import DBus
+import GuidedAccessClient
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+// MARK: - browser
+
+struct BrowserLauncher: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "browser",
+        abstract: "Run the kiosk browser with its DevTools on a pipe that only the service gets (no TCP port).",
+        discussion: """
+            Runs COMMAND (Chromium or another Chromium-based browser) with --remote-debugging-pipe: \
+            the browser's DevTools on file descriptors 3 and 4, which no other process can reach. \
+            guidedaccessctl stays the browser's parent, keeps the pipe and relays it to the service \
+            (AttachBrowser), which then shows the session's features in the browser's pages. When the \
+            service restarts, the browser stays open and is attached again as soon as the service is \
+            back; what the old attachment set up in the pages is replaced, not doubled. Without a \
+            service, or refused, the browser runs without the service's features (said once on \
+            stderr). SIGTERM, SIGINT and SIGHUP are passed to the browser; guidedaccessctl exits with \
+            the browser's exit status (128+N when signal N ended it).
+
+            Example (in the kiosk user's session):
+              guidedaccessctl browser -- chromium --kiosk https://kiosk.example/
+            """)
+
+    @OptionGroup var global: GlobalOptions
+
+    @ArgumentParser.Argument(
+        parsing: .captureForPassthrough,
+        help: ArgumentHelp("The browser and its arguments.", valueName: "COMMAND"))
+    var command: [String] = []
+
+    func validate() throws {
+        if browserArguments.isEmpty { throw ValidationError("expected the browser to run: guidedaccessctl browser [--] COMMAND [ARG...]") }
+    }
+
+    /// The command as given, without a leading `--`.
+    var browserArguments: [String] { command.first == "--" ? Array(command.dropFirst()) : command }
+
+    func run() async throws {
+        let relay: PipeRelay
+        do {
+            relay = try PipeRelay.launch(browserArguments)
+        } catch {
+            throw fail("cannot run \(browserArguments[0]): \(error.description)", .generic)
+        }
+        let bus = global.bus
+        let attaching = Task { await Self.keepAttached(relay, bus: bus) }
+        let status = await relay.exitStatus()
+        attaching.cancel()
+        Glibc.exit(status)
+    }
+
+    /// Attaches the browser to the service, and again each time the
+    /// service went, until the browser exits. Says each refusal once.
+    static func keepAttached(_ relay: PipeRelay, bus: Bus) async {
+        var said: String?
+        var delay: Duration = .milliseconds(100)
+        var attachedBefore = false
+        while !Task.isCancelled {
+            var pair: [Int32] = [-1, -1]
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+                printToStderr("guidedaccessctl browser: socketpair: \(String(cString: strerror(errno)))")
+                return
+            }
+            // Relayed before the call: the service asks the browser its
+            // version before it answers. A failed call closes the service's
+            // end, which ends the relay's attachment.
+            guard let ended = relay.attach(pair[0]) else {  // the browser has exited
+                close(pair[1])
+                return
+            }
+            let attached: Result<GuidedAccessClient, GuidedAccessError>
+            do throws(GuidedAccessError) {
+                let client = try await GuidedAccessClient.connect(bus: bus)
+                do throws(GuidedAccessError) {
+                    try await client.attachBrowser(socket: pair[1])
+                } catch {
+                    await client.close()
+                    throw error
+                }
+                attached = .success(client)
+            } catch {
+                attached = .failure(error)
+            }
+            close(pair[1])  // the message carried a copy
+            switch attached {
+            case .success(let client):
+                printToStderr(
+                    "guidedaccessctl browser: \(attachedBefore ? "attached again" : "attached"): the service shows the session's features in the browser's pages")
+                attachedBefore = true
+                said = nil
+                delay = .milliseconds(100)
+                await ended.wait()
+                await client.close()
+                guard !relay.browserExited else { return }
+                printToStderr("guidedaccessctl browser: the service let go of the browser; attaching again when it is back")
+            case .failure(let error):
+                relay.letGo(ended)
+                await ended.wait()
+                guard !relay.browserExited else { return }
+                let reason = error.message
+                if reason != said {
+                    said = reason
+                    printToStderr(
+                        "guidedaccessctl browser: not attached (\(error.dbusErrorName)): \(reason); the browser runs without the service's features until it is")
+                }
+                // No service yet (or a refusal the configuration may lift):
+                // look again, ever more slowly up to every 5 s.
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(5))
+            }
+        }
+    }
+}
+
+/// The browser's DevTools pipe, kept by the launcher and relayed to the
+/// service's socket while one is attached.
+///
+/// Chromium reads commands on its fd 3 and writes replies and events on
+/// its fd 4, each message NUL-terminated, and exits when the pipe closes:
+/// so the launcher, not the service, holds it, and a service that goes
+/// (crash, restart) does not take the browser with it. One thread runs a
+/// poll loop over the browser's pipe, the service's socket and a wake-up
+/// pipe (signals, a new attachment); every descriptor is non-blocking and
+/// what waits is bounded:
+/// - browser → service: passed on as it comes, starting at a message's
+///   beginning; dropped while nothing is attached (the browser never
+///   waits for the service); over `backlogLimit` waiting, the service is
+///   taken for stuck and let go of.
+/// - service → browser: only whole messages go to the browser, so a
+///   service that dies mid-message leaves none cut in the pipe.
+/// - when an attachment ends, the launcher turns auto-attach off in the
+///   browser, which detaches the pages the service had attached (their
+///   document scripts and emulation go with them); the next service finds
+///   and removes the style the pages still show.
+final class PipeRelay: Sendable {
+    private let pid: pid_t
+    /// The browser's fd 3 (it reads) and fd 4 (it writes), our ends.
+    private let toBrowser: Int32
+    private let fromBrowser: Int32
+    private let state = Mutex(State())
+
+    struct State {
+        var pendingAttachment: Int32?
+        var ended: Ended?
+        /// The attachment to let go of (its AttachBrowser failed).
+        var letGo: Ended?
+        var exitStatus: Int32?
+        var exitWaiters: [CheckedContinuation<Int32, Never>] = []
+    }
+
+    /// Bytes from the browser waiting for the service past which it is let go of.
+    static let backlogLimit = 8 << 20
+    /// The longest message taken from the service (Chromium's own limit is larger; the service's are small).
+    static let messageLimit = 16 << 20
+    /// Ids of the launcher's own commands: above the service's (`DevToolsClient.pipeIDCeiling`).
+    static let firstOwnID = (1 << 30) + 1
+
+    /// The write end of the pipe that wakes the poll loop (from signal handlers too).
+    nonisolated(unsafe) static var wakeWrite: Int32 = -1
+    nonisolated(unsafe) static var wakeRead: Int32 = -1
+    /// Signals caught, as a bit set, for the loop to pass to the browser.
+    static let caught = Atomic<UInt64>(0)
+
+    struct LaunchError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    private init(pid: pid_t, toBrowser: Int32, fromBrowser: Int32) {
+        self.pid = pid
+        self.toBrowser = toBrowser
+        self.fromBrowser = fromBrowser
+    }
+
+    /// Starts the browser with `--remote-debugging-pipe` and the relay's thread.
+    static func launch(_ arguments: [String]) throws(LaunchError) -> PipeRelay {
+        func pipeAbove(_ minimum: Int32) throws(LaunchError) -> (read: Int32, write: Int32) {
+            var fds: [Int32] = [-1, -1]
+            // (No other process is spawned meanwhile: the copies made below are close-on-exec.)
+            guard pipe(&fds) == 0 else { throw LaunchError(description: "pipe: \(String(cString: strerror(errno)))") }
+            // Above 4, so that the child's dup2 onto 3 and 4 never finds one already there.
+            let read = fcntl(fds[0], F_DUPFD_CLOEXEC, minimum), write = fcntl(fds[1], F_DUPFD_CLOEXEC, minimum)
+            close(fds[0])
+            close(fds[1])
+            guard read >= 0, write >= 0 else { throw LaunchError(description: "fcntl: \(String(cString: strerror(errno)))") }
+            return (read, write)
+        }
+        let commands = try pipeAbove(10), replies = try pipeAbove(10)
+        var wake: [Int32] = [-1, -1]
+        guard pipe(&wake) == 0 else {
+            throw LaunchError(description: "pipe: \(String(cString: strerror(errno)))")
+        }
+        for fd in wake {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        }
+        wakeRead = wake[0]
+        wakeWrite = wake[1]
+
+        for signal in [SIGTERM, SIGINT, SIGHUP, SIGCHLD] {
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { number in
+                PipeRelay.caught.bitwiseOr(1 << UInt64(number), ordering: .relaxed)
+                var byte: UInt8 = 1
+                _ = write(PipeRelay.wakeWrite, &byte, 1)
+            }
+            action.sa_flags = SA_RESTART
+            sigemptyset(&action.sa_mask)
+            sigaction(signal, &action, nil)
+        }
+        // A service socket closed under a write is an error to handle, not a signal.
+        signal(SIGPIPE, SIG_IGN)
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, commands.read, 3)
+        posix_spawn_file_actions_adddup2(&actions, replies.write, 4)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGPIPE] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+
+        let argv = [arguments[0], "--remote-debugging-pipe"] + arguments.dropFirst()
+        var cArguments = argv.map { strdup($0) } + [nil]
+        defer { for argument in cArguments { free(argument) } }
+        var pid: pid_t = 0
+        let result = posix_spawnp(&pid, arguments[0], &actions, &attributes, &cArguments, environ)
+        close(commands.read)
+        close(replies.write)
+        guard result == 0 else {
+            close(commands.write)
+            close(replies.read)
+            throw LaunchError(description: String(cString: strerror(result)))
+        }
+        for fd in [commands.write, replies.read] { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        let relay = PipeRelay(pid: pid, toBrowser: commands.write, fromBrowser: replies.read)
+        relay.startThread()
+        return relay
+    }
+
+    /// Whether the browser has exited.
+    var browserExited: Bool { state.withLock { $0.exitStatus != nil } }
+
+    /// The browser's exit status (128+N for signal N), once it has exited.
+    func exitStatus() async -> Int32 {
+        await withCheckedContinuation { continuation in
+            let done: Int32? = state.withLock { state in
+                if let status = state.exitStatus { return status }
+                state.exitWaiters.append(continuation)
+                return nil
+            }
+            if let done { continuation.resume(returning: done) }
+        }
+    }
+
+    /// Relays the pipe to `socket` (the launcher's end; the service has the
+    /// other) from now on; what tells when that attachment ended. Nil when
+    /// the browser has exited (the socket is closed).
+    func attach(_ socket: Int32) -> Ended? {
+        _ = fcntl(socket, F_SETFL, fcntl(socket, F_GETFL) | O_NONBLOCK)
+        let ended = Ended()
+        let taken = state.withLock { state -> Bool in
+            guard state.exitStatus == nil else { return false }
+            if let old = state.pendingAttachment { close(old) }
+            state.pendingAttachment = socket
+            state.ended = ended
+            return true
+        }
+        guard taken else {
+            close(socket)
+            return nil
+        }
+        Self.wake()
+        return ended
+    }
+
+    /// Lets go of the attachment `ended` tells of, if it is still relayed
+    /// (its AttachBrowser failed: the service may still hold its socket).
+    func letGo(_ ended: Ended) {
+        state.withLock { $0.letGo = ended }
+        Self.wake()
+    }
+
+    /// Resumed once, when an attachment's socket closed (or the browser exited).
+    final class Ended: Sendable {
+        private let state = Mutex<(done: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+
+        func wait() async {
+            await withCheckedContinuation { continuation in
+                let done = state.withLock { state -> Bool in
+                    if state.done { return true }
+                    state.waiter = continuation
+                    return false
+                }
+                if done { continuation.resume() }
+            }
+        }
+
+        func resume() {
+            state.withLock { state -> CheckedContinuation<Void, Never>? in
+                state.done = true
+                return state.waiter.take()
+            }?.resume()
+        }
+    }
+
+    private static func wake() {
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1)
+    }
+
+    private func startThread() {
+        var thread = pthread_t()
+        let context = Unmanaged.passRetained(self).toOpaque()
+        pthread_create(&thread, nil, { context in
+            let relay = Unmanaged<PipeRelay>.fromOpaque(context!).takeRetainedValue()
+            relay.loop()
+            return nil
+        }, context)
+        pthread_detach(thread)
+    }
+
+    // MARK: The loop (its thread only)
+
+    private func loop() {
+        var service: Int32 = -1
+        var ended: Ended?
+        /// Browser → service bytes waiting, from `toServiceHead` on.
+        var toService: [UInt8] = []
+        var toServiceHead = 0
+        /// Whether the browser's stream is between messages (a new
+        /// attachment starts there).
+        var browserAtBoundary = true
+        /// Skipping the rest of a message begun before the attachment.
+        var skippingToBoundary = false
+        /// Service → browser: whole messages waiting, and the message being read.
+        var toBrowserQueue: [UInt8] = []
+        var toBrowserHead = 0
+        var partial: [UInt8] = []
+        var nextOwnID = Self.firstOwnID
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        /// The browser closed its end of the pipe (it is exiting).
+        var browserClosed = false
+
+        func detach(_ why: String?) {
+            guard service >= 0 else { return }
+            close(service)
+            service = -1
+            toService = []
+            toServiceHead = 0
+            partial = []
+            if let why { printToStderr("guidedaccessctl browser: \(why)") }
+            // The pages the service attached go with auto-attach (and their
+            // document scripts and emulation with them).
+            let command =
+                "{\"id\":\(nextOwnID),\"method\":\"Target.setAutoAttach\",\"params\":{\"autoAttach\":false,\"waitForDebuggerOnStart\":false,\"flatten\":true}}"
+            nextOwnID += 1
+            toBrowserQueue += Array(command.utf8) + [0]
+            ended?.resume()
+            ended = nil
+        }
+
+        while true {
+            // Signals and attachments.
+            while read(Self.wakeRead, &buffer, buffer.count) > 0 {}
+            let signals = Self.caught.exchange(0, ordering: .relaxed)
+            for number in [SIGTERM, SIGINT, SIGHUP] where signals & (1 << UInt64(number)) != 0 {
+                kill(pid, number)
+            }
+            var status: Int32 = 0
+            if waitpid(pid, &status, WNOHANG) == pid {
+                let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+                if service >= 0 { close(service) }
+                let (waiters, pendingSocket, endedNow) = state.withLock { state in
+                    state.exitStatus = code
+                    let waiters = state.exitWaiters
+                    state.exitWaiters = []
+                    let pending = state.pendingAttachment
+                    state.pendingAttachment = nil
+                    return (waiters, pending, state.ended.take())
+                }
+                if let pendingSocket { close(pendingSocket) }
+                ended?.resume()
+                endedNow?.resume()
+                for waiter in waiters { waiter.resume(returning: code) }
+                return
+            }
+            if let stale = state.withLock({ $0.letGo.take() }) {
+                if stale === ended {
+                    detach(nil)
+                } else if state.withLock({ $0.ended === stale && $0.pendingAttachment != nil }) {
+                    // Not taken up yet: dropped before it is.
+                    if let socket = state.withLock({ $0.pendingAttachment.take() }) { close(socket) }
+                    stale.resume()
+                }
+            }
+            if let (socket, newEnded) = state.withLock({ state -> (Int32, Ended?)? in
+                guard let socket = state.pendingAttachment else { return nil }
+                state.pendingAttachment = nil
+                return (socket, state.ended)
+            }) {
+                detach(nil)
+                service = socket
+                ended = newEnded
+                skippingToBoundary = !browserAtBoundary
+            }
+
+            var fds = [
+                pollfd(fd: Self.wakeRead, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: browserClosed ? -1 : fromBrowser, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: toBrowser, events: toBrowserHead < toBrowserQueue.count ? Int16(POLLOUT) : 0, revents: 0),
+                // The service's commands are read only while the browser
+                // takes them: a browser that stops reading holds the service up.
+                pollfd(
+                    fd: service,
+                    events: (toBrowserQueue.count - toBrowserHead < Self.backlogLimit ? Int16(POLLIN) : 0)
+                        | (toServiceHead < toService.count ? Int16(POLLOUT) : 0), revents: 0),
+            ]
+            if poll(&fds, nfds_t(fds.count), -1) < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+
+            // The browser's replies and events.
+            if fds[1].revents != 0 {
+                let n = read(fromBrowser, &buffer, buffer.count)
+                if n > 0 {
+                    var start = 0
+                    if skippingToBoundary {
+                        if let nul = buffer[..<n].firstIndex(of: 0) {
+                            skippingToBoundary = false
+                            start = nul + 1
+                        } else {
+                            start = n
+                        }
+                    }
+                    browserAtBoundary = buffer[n - 1] == 0
+                    if service >= 0, start < n {
+                        toService += buffer[start..<n]
+                        if toService.count - toServiceHead > Self.backlogLimit {
+                            detach("the service does not read what the browser sends (over \(Self.backlogLimit >> 20) MiB waiting); letting go of it")
+                        }
+                    }
+                } else if n == 0 {
+                    // The browser closed its end: it is exiting; waitpid tells.
+                    browserClosed = true
+                }
+            }
+            if fds[3].revents & Int16(POLLOUT) != 0, service >= 0 {
+                let n = toService.withUnsafeBytes { send(service, $0.baseAddress! + toServiceHead, $0.count - toServiceHead, Int32(MSG_NOSIGNAL)) }
+                if n > 0 {
+                    toServiceHead += n
+                    if toServiceHead == toService.count {
+                        toService.removeAll(keepingCapacity: toService.capacity <= 1 << 20)
+                        toServiceHead = 0
+                    }
+                } else if n < 0, errno != EAGAIN, errno != EINTR {
+                    detach(nil)
+                }
+            }
+            // The service's commands: whole messages only.
+            if service >= 0, fds[3].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                let n = read(service, &buffer, buffer.count)
+                if n > 0 {
+                    var start = 0
+                    while let nul = buffer[start..<n].firstIndex(of: 0) {
+                        toBrowserQueue += partial
+                        toBrowserQueue += buffer[start...nul]
+                        partial = []
+                        start = nul + 1
+                    }
+                    partial += buffer[start..<n]
+                    if partial.count > Self.messageLimit {
+                        detach("the service sent a DevTools message over \(Self.messageLimit >> 20) MiB; letting go of it")
+                    }
+                } else if n == 0 || (errno != EAGAIN && errno != EINTR) {
+                    detach(nil)
+                }
+            }
+            if fds[2].revents & Int16(POLLOUT | POLLERR) != 0, toBrowserHead < toBrowserQueue.count {
+                let n = toBrowserQueue.withUnsafeBytes { write(toBrowser, $0.baseAddress! + toBrowserHead, $0.count - toBrowserHead) }
+                if n > 0 {
+                    toBrowserHead += n
+                    if toBrowserHead == toBrowserQueue.count {
+                        toBrowserQueue.removeAll(keepingCapacity: toBrowserQueue.capacity <= 1 << 20)
+                        toBrowserHead = 0
+                    }
+                }
+            }
+        }
+    }
+}
