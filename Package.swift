@@ -124,6 +124,7 @@ let package = Package(
             name: "guidedaccessctl",
             dependencies: [
                 "GuidedAccessClient", "CProcess", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]),
 
         // A test object served through the DBus layer, for the integration

@@ -128,6 +128,9 @@ public enum AgentMethod: String, CaseIterable, Sendable {
     case apply = "Apply"
     /// `() → ()`: stop everything; no longer the agent.
     case release = "Release"
+    /// `(h browser, s launcher, u uid) → (s product)`: a launcher's browser,
+    /// attached to the system service (`AttachBrowser`), passed on.
+    case attachBrowser = "AttachBrowser"
 }
 
 /// The signals of `org.guidedaccess.Agent1` (an addition beyond API 1.2),

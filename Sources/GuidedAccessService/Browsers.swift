@@ -11,8 +11,7 @@ extension GuidedAccessService {
         guard let browsers else {
             throw GuidedAccessError.other(
                 name: "org.freedesktop.DBus.Error.NotSupported",
-                message:
-                    "the system-mode service does not drive the browser's pages (it has no network, and the browser is the kiosk user's): run the launcher in the kiosk user's session, where the user-mode service or the session agent takes it")
+                message: "this service drives no browser")
         }
         let caller = try await identify(call)
         try await admit(settings.policy.verdict(for: caller.identity, action: .startSession), caller, call)

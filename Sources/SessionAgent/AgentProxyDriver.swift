@@ -21,7 +21,7 @@ import Logging
 /// Calls to the agent take turns (first come, first served), so that what
 /// it is sent arrives in the order it was decided. Used on the service's
 /// executor only, like every driver.
-public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Sendable {
+public final class AgentProxyDriver: FeatureDriver, AgentRegistry, BrowserAttaching, @unchecked Sendable {
     public let name = "session-agent"
     /// The system bus.
     private let connection: Connection
@@ -314,6 +314,34 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, @unchecked Se
         )
         if first { presence(true) }
         events?(.changed)
+    }
+
+    // MARK: The kiosk browser
+
+    /// `AttachBrowser` in system mode: the launcher's socket goes on to the
+    /// agent, whose browser driver takes it (the service has no network and
+    /// is not the kiosk user).
+    package nonisolated(nonsending) func attach(_ caller: BusCaller, descriptor: Int32) async throws(GuidedAccessError) -> String {
+        defer { close(descriptor) }  // the message carries a copy
+        guard let agent else {
+            throw .other(
+                name: "org.freedesktop.DBus.Error.NotSupported",
+                message:
+                    "no session agent is registered: in system mode the kiosk browser is driven by the session agent (guidedaccess-agent.service in the kiosk user's session)")
+        }
+        let reply: [DBusValue]
+        do {
+            reply = try await connection.call(
+                destination: agent.uniqueName, path: AgentBus.objectPath, interface: AgentBus.interface,
+                member: AgentMethod.attachBrowser.rawValue,
+                [.unixFD(descriptor), .string(caller.uniqueName), .uint32(caller.identity.uid)], timeout: .seconds(5))
+        } catch {
+            throw GuidedAccessError(error)
+        }
+        guard case .string(let product)? = reply.first else {
+            throw .other(name: "org.freedesktop.DBus.Error.Failed", message: "the session agent's AttachBrowser replied with no product")
+        }
+        return product
     }
 
     // MARK: The transaction

@@ -191,6 +191,23 @@ public actor AgentService {
         await announce()
     }
 
+    /// A launcher's browser, passed on by the service: the agent's browser
+    /// driver takes it, as the user-mode service's does.
+    private func attachBrowser(_ call: MethodCall, _ browser: UnixFD, launcher: String, uid: UInt32) async throws -> String {
+        try await checkCaller(call)
+        guard let browsers = store.drivers.lazy.compactMap({ $0 as? any BrowserAttaching }).first else {
+            throw DBusError(name: "org.freedesktop.DBus.Error.NotSupported", message: "the session agent drives no browser")
+        }
+        guard let descriptor = browser.duplicate() else {
+            throw DBusError.failed("cannot take the browser's socket: the agent has no file descriptor left")
+        }
+        do {
+            return try await browsers.attach(BusCaller(uniqueName: launcher, identity: CallerIdentity(uid: uid)), descriptor: descriptor)
+        } catch {
+            throw DBusError(name: error.dbusErrorName, message: error.message)
+        }
+    }
+
     private func release(_ call: MethodCall) async throws {
         try await checkCaller(call)
         do {
@@ -355,6 +372,11 @@ public actor AgentService {
                     with org.guidedaccess.Agent1.Error.Failed naming the feature and why.
                     """,
                 AgentMethod.release.rawValue: "Stop everything this agent started; it is no longer the agent.",
+                AgentMethod.attachBrowser.rawValue: """
+                    A kiosk browser's DevTools socket, which its launcher (guidedaccessctl browser, connection \
+                    launcher, user uid) attached to the system service: the agent drives its pages. Returns the \
+                    browser's product once it answered; errors as the service's AttachBrowser.
+                    """,
                 AgentProperty.supportedFeatures.rawValue: "What the agent can deliver in its session now.",
                 AgentProperty.desktop.rawValue: "The desktop the agent detected in its session.",
                 AgentSignal.featureLost.rawValue: """
@@ -376,6 +398,12 @@ public actor AgentService {
                 },
                 Method(AgentMethod.release.rawValue) { call in
                     try await on(agent).release(call)
+                },
+                Method(
+                    AgentMethod.attachBrowser.rawValue, Argument("browser", UnixFD.self), Argument("launcher", String.self),
+                    Argument("uid", UInt32.self), returns: Argument("product", String.self)
+                ) { call, browser, launcher, uid in
+                    try await on(agent).attachBrowser(call, browser, launcher: launcher, uid: uid)
                 },
             ],
             properties: [

@@ -5,6 +5,7 @@ import DBus
 // the release binary 75 MB.
 import FoundationEssentials
 import GuidedAccessClient
+import Logging
 
 #if canImport(Glibc)
     import Glibc
@@ -151,6 +152,13 @@ struct GuidedAccessCtl: AsyncParsableCommand {
 
     /// Usage errors exit with 2 (ArgumentParser's default is 64).
     static func main() async {
+        // The bus layer's notices (a connection closed) are not the tool's
+        // output; its warnings and errors are.
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = .warning
+            return handler
+        }
         do {
             var command = try parseAsRoot()
             if var command = command as? AsyncParsableCommand {
