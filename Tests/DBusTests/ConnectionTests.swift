@@ -1,5 +1,6 @@
 import Glibc
 import TestSupport
+import Synchronization
 import Testing
 
 @testable import DBus
@@ -52,6 +53,56 @@ actor Counter {
             interface: "org.freedesktop.DBus.Properties", member: "Get",
             [.string("org.example.Greeter1"), .string("Greetings")])
         #expect(property == [.variant(.int32(1))])
+        await client.close()
+        await server.close()
+    }
+
+    /// A descriptor a call carries is lent to the handler: closed by the
+    /// dispatcher once the handler returns (or throws), so a handler keeps
+    /// one only by duplicating it, and calls leak none.
+    @Test func aCallsDescriptorIsLentToItsHandlerAndClosedAfter() async throws {
+        let bus = try PrivateBus()
+        let server = try await Connection.connect(to: .address(bus.address))
+        let client = try await Connection.connect(to: .address(bus.address))
+        let seen = Mutex<[Int32]>([])
+        let kept = Mutex<[Int32]>([])
+        try await server.export(
+            [
+                Interface(
+                    "org.example.Files1",
+                    methods: [
+                        Method("Take", Argument("file", UnixFD.self), Argument("keep", Bool.self)) { _, file, keep in
+                            seen.withLock { $0.append(file.rawValue) }
+                            #expect(fcntl(file.rawValue, F_GETFD) >= 0, "open while the handler runs")
+                            if keep, let copy = file.duplicate() { kept.withLock { $0.append(copy) } }
+                            if !keep { throw DBusError.invalidArgs("refused") }
+                        }
+                    ])
+            ], at: "/org/example/Files")
+        var fds: [Int32] = [-1, -1]
+        #expect(pipe(&fds) == 0)
+        defer { for fd in fds where fd >= 0 { close(fd) } }
+        func take(_ keep: Bool) async throws {
+            _ = try await client.call(
+                destination: server.uniqueName, path: "/org/example/Files", interface: "org.example.Files1",
+                member: "Take", [.unixFD(fds[1]), .bool(keep)])
+        }
+        try await take(true)
+        await #expect(throws: DBusError.self) { try await take(false) }
+        #expect(seen.withLock { $0.count } == 2)
+        // The copy the handler kept is the same pipe: it writes into it.
+        let copy = try #require(kept.withLock { $0.first })
+        var byte: UInt8 = 7
+        #expect(write(copy, &byte, 1) == 1)
+        close(copy)
+        var got: UInt8 = 0
+        #expect(read(fds[0], &got, 1) == 1 && got == 7)
+        // With our write end and the kept copy closed, the pipe is at its
+        // end only if no other copy is open: none of the calls' was leaked.
+        close(fds[1])
+        fds[1] = -1
+        _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
+        #expect(read(fds[0], &got, 1) == 0, "a descriptor a call carried is still open somewhere")
         await client.close()
         await server.close()
     }
