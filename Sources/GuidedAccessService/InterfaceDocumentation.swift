@@ -79,6 +79,16 @@ enum InterfaceDocumentation {
         Errors: org.freedesktop.DBus.Error.NotSupported (user mode, where the service is its own agent), \
         NotAuthorized, BackendFailed.
         """,
+        "AttachBrowser": """
+        (1.2) Attaches a kiosk browser: browser is one end of a socketpair(AF_UNIX, SOCK_STREAM) whose \
+        other end relays the browser's --remote-debugging-pipe (NUL-delimited DevTools messages), as \
+        guidedaccessctl browser does. The service asks the browser Browser.getVersion (2 s) before it \
+        replies; from then on it shows the session's features in the browser's pages, and Desktop ends in \
+        +browser, until the socket closes. One attachment per connection (attaching again replaces it), \
+        8 at most. Admitted as StartSession's callers are. In system mode it is passed on to the session \
+        agent. Errors: InvalidArgs (not a Unix stream socket; no DevTools answer), LimitExceeded, \
+        NotAuthorized, org.freedesktop.DBus.Error.NotSupported (system mode without a session agent).
+        """,
         "SessionActive": "Whether a session is active.",
         "SessionOwner": """
         The session owner's unique bus name; empty when there is no session or the owner has left the bus.

@@ -29,7 +29,8 @@ def test_on_a_bare_bus_the_desktop_is_none_and_no_feature_is_supported(ga_env):
     assert rec.prop("SupportedFeatures") == []
     name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
     assert name == GA_ERROR + "UnsupportedFeature"
-    assert message == "zoom: the desktop 'none' does not act on it"
+    # Where a browser would deliver it, the message says how to attach one.
+    assert message == "zoom: the desktop 'none' does not act on it, and no browser is attached: start the kiosk browser with guidedaccessctl browser"
     assert rec.prop("SessionActive") is False
 
 
@@ -164,10 +165,11 @@ def test_gnome_kiosk_is_recognised_by_its_name_before_the_shells_and_claims_no_c
         name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array([feature], signature="s")},))
         assert (name, message) == (
             GA_ERROR + "UnsupportedFeature",
-            f"{feature}: the desktop 'gnome-kiosk' does not act on it (GNOME Kiosk has no colour effects)")
+            f"{feature}: the desktop 'gnome-kiosk' does not act on it (GNOME Kiosk has no colour effects), and no browser is attached: start the kiosk browser with guidedaccessctl browser")
     name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
     assert message == ("zoom: the desktop 'gnome-kiosk' does not act on it (GNOME Kiosk has a magnifier from "
-                       "version 50, and the one running has none)"), message
+                       "version 50, and the one running has none), and no browser is attached: start the kiosk "
+                       "browser with guidedaccessctl browser"), message
     assert "desktop: gnome-kiosk (detected; WAYLAND_DISPLAY=wayland-0, compositor gnome-kiosk" in daemon.log()
     rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["high-contrast", "large-text"], signature="s")},))
     assert rec.prop("EnabledFeatures") == ["high-contrast", "large-text"]
