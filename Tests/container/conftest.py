@@ -16,6 +16,10 @@ display and speech-dispatcher's log ready (user mode, the screen reader).
 `agent_rootfs`: that plus sway, Xwayland and PipeWire; `agent_kiosk`: it
 booted (persistent across `reboot()`), system mode with the session agent
 enabled for every user (test_agent_speech.py).
+`browser_rootfs`: the base plus Chromium (user_session.py);
+`browser_container`: it booted, the package installed, the kiosk user's
+manager (user mode, test_browser_units.py); `browser_kiosk`: a second one,
+system mode with the session agent and the kiosk user admitted as a client.
 
 The test is skipped, with the reason, only where the machine cannot run it:
 not root, a tool or cgroup2 missing, no reachable Debian mirror to build the
@@ -131,6 +135,18 @@ def agent_rootfs(speech_rootfs):
     except nspawn.Unavailable as error:
         pytest.skip(f"container test not run: {error}")
     FACTS["agent root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
+    return root
+
+
+@pytest.fixture(scope="session")
+def browser_rootfs(rootfs):
+    """The base plus Chromium and iproute2 (user_session.py), cached
+    separately: only test_browser_units.py pays for it."""
+    try:
+        root, seconds = user_session.ensure_browser_rootfs(rootfs, log=lambda line: print(line, file=sys.stderr))
+    except nspawn.Unavailable as error:
+        pytest.skip(f"container test not run: {error}")
+    FACTS["browser root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
     return root
 
 
@@ -303,6 +319,58 @@ def agent_kiosk(agent_rootfs, stage, workdir):
         yield ct
     finally:
         shut_down(ct, "agent container")
+
+
+@pytest.fixture(scope="module")
+def browser_container(browser_rootfs, stage, workdir):
+    """User mode with the kiosk browser (test_browser_units.py): the browser
+    root filesystem booted, the package installed (the user unit as it
+    ships), the kiosk user's manager and session bus through linger."""
+    directory = workdir / "browser"
+    directory.mkdir()
+    ct = nspawn.Container(browser_rootfs, stage, directory, suffix="-browser")
+    # The kiosk user's journal: its manager, the service, the browser's unit.
+    ct.failure_journal = (f"uid {KIOSK_UID}: its manager and units", [f"_UID={KIOSK_UID}"])
+    try:
+        FACTS["browser container: boot"] = f"{ct.boot():.1f} s"
+        _CONTAINER.insert(0, ct)
+        install_package(ct)
+        user_session.add_user(ct)
+        FACTS["browser container: linger → user manager on its bus"] = f"{user_session.enable_linger(ct):.2f} s"
+        yield ct
+    finally:
+        shut_down(ct, "browser container")
+
+
+@pytest.fixture(scope="module")
+def browser_kiosk(browser_rootfs, stage, workdir):
+    """System mode with the kiosk browser (test_browser_units.py): the
+    browser root filesystem booted, the package installed, BROWSER_KIOSK_CONFIG
+    (dconf, the agent and the launcher admitted for the kiosk user),
+    guidedaccessd.service enabled and started, the session agent enabled for
+    every user and started by the kiosk user's login (linger)."""
+    directory = workdir / "browser-kiosk"
+    directory.mkdir()
+    ct = nspawn.Container(browser_rootfs, stage, directory, suffix="-browser-kiosk")
+    ct.failure_journal = (f"guidedaccessd and uid {KIOSK_UID}",
+                          ["_SYSTEMD_UNIT=guidedaccessd.service", "+", f"_UID={KIOSK_UID}"])
+    try:
+        FACTS["browser kiosk: boot"] = f"{ct.boot():.1f} s"
+        _CONTAINER.insert(0, ct)
+        install_package(ct)
+        started = time.monotonic()
+        user_session.add_user(ct)
+        ct.run(["guidedaccess-dconf-profile"])
+        ct.sh("mkdir -p /etc/guidedaccess && cat > /etc/guidedaccess/guidedaccess.conf",
+              input=user_session.BROWSER_KIOSK_CONFIG)
+        ct.run(["systemctl", "daemon-reload"])
+        ct.run(["systemctl", "enable", "--now", "guidedaccessd.service"])
+        ct.run(["systemctl", "--global", "enable", user_session.AGENT_UNIT])
+        user_session.enable_linger(ct)
+        FACTS["browser kiosk: system mode, agent enabled, login"] = f"{time.monotonic() - started:.2f} s"
+        yield ct
+    finally:
+        shut_down(ct, "browser kiosk")
 
 
 def shut_down(ct, what):

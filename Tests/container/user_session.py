@@ -10,6 +10,9 @@ service's screen reader, a transient unit of that manager, needs around it.
 - `ensure_agent_rootfs()`: the speech root filesystem plus sway, Xwayland,
   PipeWire, WirePlumber, pipewire-pulse and parec (AGENT_PACKAGES), cached
   as rootfs-bookworm-agent the same way (test_agent_speech.py only).
+- `ensure_browser_rootfs()`: the base plus Chromium and iproute2
+  (BROWSER_PACKAGES), cached as rootfs-bookworm-browser the same way
+  (test_browser_units.py only); BROWSER_KIOSK_CONFIG, its system mode.
 - `prepare_agent_kiosk(ct)`: system mode with the session agent and sway
   enabled for every user, PipeWire's null sink `speech`, speech-dispatcher
   through pulse; `start_recording()`, `sound()`, `wait_for_sound()`,
@@ -44,6 +47,10 @@ SPEECH_ROOTFS = f"rootfs-{nspawn.SUITE}-speech"
 # WirePlumber and its pulse server (a null sink to record), parec.
 AGENT_PACKAGES = ["sway", "xwayland", "pipewire", "pipewire-pulse", "wireplumber", "pulseaudio-utils"]
 AGENT_ROOTFS = f"rootfs-{nspawn.SUITE}-agent"
+# The kiosk browser (test_browser_units.py): Debian 12's Chromium, run
+# headless (no display needed), and iproute2 for `ss` (what listens).
+BROWSER_PACKAGES = ["chromium", "iproute2"]
+BROWSER_ROOTFS = f"rootfs-{nspawn.SUITE}-browser"
 
 DISPLAY = ":5"
 XVFB_UNIT = "guidedaccess-test-xvfb.service"
@@ -116,6 +123,34 @@ def ensure_agent_rootfs(speech, log=print):
     pulse server (AGENT_PACKAGES), built when absent or stale. Returns
     (path, seconds spent building: 0.0 when cached)."""
     return _ensure_layer(speech, AGENT_ROOTFS, agent_stamp_text(), AGENT_PACKAGES, log)
+
+
+# System mode for the kiosk browser (test_browser_units.py): the dconf
+# backend, the agent admitted for the kiosk user (no seat0 session in a
+# container), and the kiosk user a client, so that its launcher
+# (`guidedaccessctl --system browser`) may attach the browser.
+BROWSER_KIOSK_CONFIG = f"""\
+[Service]
+Backend=dconf
+
+[Agent]
+AllowUsers={KIOSK_USER}
+
+[Clients]
+AllowUsers={KIOSK_USER}
+"""
+
+
+def browser_stamp_text():
+    return nspawn.stamp_text() + f"apt-install={','.join(BROWSER_PACKAGES)}\n"
+
+
+def ensure_browser_rootfs(base, log=print):
+    """The cached browser root filesystem: the base (BASE, from
+    nspawn.ensure_rootfs(), not the speech one) plus Chromium and iproute2
+    (BROWSER_PACKAGES), built when absent or stale. Returns (path, seconds
+    spent building: 0.0 when cached)."""
+    return _ensure_layer(base, BROWSER_ROOTFS, browser_stamp_text(), BROWSER_PACKAGES, log)
 
 
 def _ensure_layer(base, name, stamp, packages, log):
