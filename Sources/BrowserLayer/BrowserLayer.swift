@@ -121,7 +121,7 @@ public actor BrowserLayer {
     }
 
     deinit {
-        if let descriptor { close(descriptor) }
+        if let descriptor { UnixFD.close(descriptor) }
     }
 
     // MARK: What the service asks
@@ -220,6 +220,11 @@ public actor BrowserLayer {
                     finished = true
                     throw error
                 }
+                // Let go of (`stop`) while it was asking: closed, not kept.
+                guard !finished else {
+                    await client.close()
+                    throw DevToolsFailure("let go of before the browser answered")
+                }
             }
             connecting = nil
             self.client = client
@@ -262,6 +267,8 @@ public actor BrowserLayer {
 
     /// The connection ended (the browser went, or sent what is not DevTools).
     private func lost(_ reason: DevToolsFailure) {
+        // Ended while still opening: `connect` reports that.
+        guard client != nil else { return }
         client = nil
         isConnected = false
         autoAttached = false

@@ -80,12 +80,16 @@ public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @uncheck
     /// A browser connected or went: attachments that ended are let go of.
     private func connectionChanged() async {
         var now = await endpointLayer?.isConnected ?? false
-        var kept: [(owner: String, layer: BrowserLayer)] = []
-        for entry in attached where !(await entry.layer.finished) {
-            kept.append(entry)
-            if await entry.layer.isConnected { now = true }
+        var ended: [BrowserLayer] = []
+        for entry in attached {
+            if await entry.layer.finished {
+                ended.append(entry.layer)
+            } else if await entry.layer.isConnected {
+                now = true
+            }
         }
-        attached = kept
+        // In place: one attached meanwhile stays.
+        attached.removeAll { entry in ended.contains { $0 === entry.layer } }
         guard now != connected else { return }
         connected = now
         events?(.changed)
@@ -96,15 +100,31 @@ public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @uncheck
     package nonisolated(nonsending) func attach(_ caller: BusCaller, descriptor: Int32) async throws(GuidedAccessError)
         -> String
     {
-        var domain: Int32 = 0, type: Int32 = 0
-        var length = socklen_t(MemoryLayout<Int32>.size)
-        let isDomain = getsockopt(descriptor, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0
-        length = socklen_t(MemoryLayout<Int32>.size)
-        let isType = getsockopt(descriptor, SOL_SOCKET, SO_TYPE, &type, &length) == 0
-        guard isDomain, isType, domain == AF_UNIX, type == Int32(SOCK_STREAM.rawValue) else {
-            close(descriptor)
+        func option(_ name: Int32) -> Int32? {
+            var value: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            return getsockopt(descriptor, SOL_SOCKET, name, &value, &length) == 0 ? value : nil
+        }
+        guard option(SO_DOMAIN) == AF_UNIX, option(SO_TYPE) == Int32(SOCK_STREAM.rawValue), option(SO_ACCEPTCONN) == 0
+        else {
+            UnixFD.close(descriptor)
             throw .invalidArgs(
-                "the descriptor is not a Unix stream socket: pass one end of socketpair(AF_UNIX, SOCK_STREAM) relaying the browser's --remote-debugging-pipe")
+                "the descriptor is not a connected Unix stream socket: pass one end of socketpair(AF_UNIX, SOCK_STREAM) relaying the browser's --remote-debugging-pipe")
+        }
+        // The other end is the caller's own (the kernel says whose, as it
+        // does for the bus): the service sends what is at the other end
+        // the power to run script in the browser's pages, and takes no
+        // socket of another user's browser, or to one.
+        var credentials = (pid: Int32(0), uid: UInt32(0), gid: UInt32(0))
+        var length = socklen_t(MemoryLayout.size(ofValue: credentials))
+        guard getsockopt(descriptor, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else {
+            UnixFD.close(descriptor)
+            throw .invalidArgs("cannot tell whose the socket's other end is: \(String(cString: strerror(errno)))")
+        }
+        guard credentials.uid == caller.identity.uid else {
+            UnixFD.close(descriptor)
+            throw .invalidArgs(
+                "the socket's other end belongs to uid \(credentials.uid), not to uid \(caller.identity.uid) that attaches it: the launcher relays its own browser")
         }
         // One browser per launcher: its earlier attachment gives way.
         if let earlier = attached.first(where: { $0.owner == caller.uniqueName }) {
@@ -112,7 +132,7 @@ public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @uncheck
             await earlier.layer.stop()
         }
         guard attached.count < Self.attachmentLimit else {
-            close(descriptor)
+            UnixFD.close(descriptor)
             throw .limitExceeded("\(Self.attachmentLimit) browsers are attached already")
         }
         let layer = BrowserLayer(
@@ -124,6 +144,11 @@ public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @uncheck
             attached.removeAll { $0.layer === layer }
             throw .invalidArgs(
                 "no DevTools at the other end of the socket: \(await layer.lastProblem ?? "it closed")")
+        }
+        // The same launcher attached again meanwhile: this one gave way.
+        guard attached.contains(where: { $0.layer === layer }) else {
+            await layer.stop()
+            throw .invalidArgs("replaced by a later AttachBrowser of the same connection before the browser answered")
         }
         await layer.show(look)
         await connectionChanged()

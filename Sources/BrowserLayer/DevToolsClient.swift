@@ -232,6 +232,7 @@ actor DevToolsClient {
         }
         let id = nextID
         nextID += 1
+        if case .pipe = decoder, nextID >= Self.pipeIDCeiling { nextID = 1 }
         var message: [(String, JSON)] = [("id", .number(String(id))), ("method", .string(method))]
         message.append(("params", .object(params)))
         if let session { message.append(("sessionId", .string(session))) }

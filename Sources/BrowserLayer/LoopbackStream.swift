@@ -191,7 +191,10 @@ final class LoopbackStream: @unchecked Sendable {
         }
         while true {
             guard !closed else { throw DevToolsFailure("the connection was closed") }
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            // MSG_DONTWAIT, not only the descriptor's O_NONBLOCK: a socket
+            // handed over shares its flags with the peer's copy, which may
+            // clear them.
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
             if n > 0 {
                 readsWithoutWait += 1
                 return n
@@ -213,7 +216,7 @@ final class LoopbackStream: @unchecked Sendable {
         while offset < bytes.count {
             guard !closed else { throw DevToolsFailure("the connection was closed") }
             let n = bytes.withUnsafeBytes {
-                send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL))
+                send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
             }
             if n > 0 {
                 offset += n
@@ -233,7 +236,7 @@ final class LoopbackStream: @unchecked Sendable {
         closed = true
         if let token { loop.removeSource(token, fd: fd) }
         token = nil
-        if fd >= 0 { Glibc.close(fd) }
+        UnixFD.close(fd)
         let waiters = [readWaiter, writeWaiter]
         readWaiter = nil
         writeWaiter = nil

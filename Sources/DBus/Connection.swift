@@ -185,6 +185,9 @@ public actor Connection {
     // MARK: Incoming messages
 
     private func filter(_ message: Message) -> DBusHandlerResult {
+        // Descriptors a message carries are closed by libdbus when it is
+        // freed, on this thread, whatever the message is: none may linger.
+        if dbus_message_contains_unix_fds(message.raw) != 0 { message.defuseDescriptors() }
         switch message.kind {
         case .signal:
             if message.isSignal("org.freedesktop.DBus.Local", "Disconnected") {

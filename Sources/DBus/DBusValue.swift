@@ -284,13 +284,31 @@ public struct UnixFD: DBusRepresentable, Hashable {
         let fd = fcntl(rawValue, F_DUPFD_CLOEXEC, 0)
         return fd >= 0 ? fd : nil
     }
+
+    /// Closes a descriptor a peer passed without waiting: a socket the peer
+    /// set to linger (`SO_LINGER`) would otherwise hold the last `close`
+    /// — the loop's thread — until its unsent data went or the linger time
+    /// passed. Linger belongs to the socket: turned off just before the
+    /// close, it cannot be turned on again by a peer whose own copy is
+    /// closed (and while the peer's copy is open, this close is not the last).
+    public static func close(_ fd: Int32) {
+        guard fd >= 0 else { return }
+        defuseLinger(fd)
+        Glibc.close(fd)
+    }
+
+    /// Turns `SO_LINGER` off (nothing for a descriptor that is not a socket).
+    public static func defuseLinger(_ fd: Int32) {
+        var off = linger(l_onoff: 0, l_linger: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, socklen_t(MemoryLayout<linger>.size))
+    }
 }
 
 extension DBusValue {
     /// Closes every descriptor in the value (received ones are the receiver's).
     func closeDescriptors() {
         switch self {
-        case .unixFD(let fd): if fd >= 0 { close(fd) }
+        case .unixFD(let fd): UnixFD.close(fd)
         case .array(_, let values), .structure(let values): for value in values { value.closeDescriptors() }
         case .dictionary(_, _, let entries):
             for entry in entries {

@@ -141,6 +141,28 @@ public final class Message: @unchecked Sendable {
         }
     }
 
+    /// Turns `SO_LINGER` off on every socket the message carries (see
+    /// `UnixFD.close`): libdbus closes its own copies when the message is freed.
+    func defuseDescriptors() {
+        guard let values = try? arguments() else { return }
+        func walk(_ value: DBusValue) {
+            switch value {
+            case .unixFD(let fd):
+                UnixFD.defuseLinger(fd)
+                Glibc.close(fd)
+            case .array(_, let values), .structure(let values): values.forEach(walk)
+            case .dictionary(_, _, let entries):
+                for entry in entries {
+                    walk(entry.key)
+                    walk(entry.value)
+                }
+            case .variant(let value): walk(value)
+            default: break
+            }
+        }
+        values.forEach(walk)
+    }
+
     /// Reads the whole body.
     public func arguments() throws(DBusError) -> [DBusValue] {
         try arguments(first: .max)

@@ -322,12 +322,18 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, BrowserAttach
     /// agent, whose browser driver takes it (the service has no network and
     /// is not the kiosk user).
     package nonisolated(nonsending) func attach(_ caller: BusCaller, descriptor: Int32) async throws(GuidedAccessError) -> String {
-        defer { close(descriptor) }  // the message carries a copy
+        defer { UnixFD.close(descriptor) }  // the message carries a copy
         guard let agent else {
             throw .other(
                 name: "org.freedesktop.DBus.Error.NotSupported",
                 message:
                     "no session agent is registered: in system mode the kiosk browser is driven by the session agent (guidedaccess-agent.service in the kiosk user's session)")
+        }
+        // The kiosk user's browser only: the agent would give another
+        // user's browser to the kiosk user's session, and the other way round.
+        guard caller.identity.uid == agent.uid else {
+            throw .notAuthorized(
+                "the session agent acts for \(agent.user) (uid \(agent.uid)); a browser of uid \(caller.identity.uid) is not attached to its session: run the launcher as \(agent.user)")
         }
         let reply: [DBusValue]
         do {

@@ -62,7 +62,18 @@ struct BrowserLauncher: AsyncParsableCommand {
         var said: String?
         var delay: Duration = .milliseconds(100)
         var attachedBefore = false
+        /// Whether to wait `delay` before the next attempt (the first, and
+        /// the first after a service that held the browser a while, go at once).
+        var wait = false
+        // The service coming onto the bus ends a wait at once.
+        let appeared = Alarm()
+        let watch = Task { await watchForService(bus, appeared) }
+        defer { watch.cancel() }
         while !Task.isCancelled {
+            if wait {
+                await appeared.wait(atMost: delay)
+                delay = min(delay * 2, .seconds(5))
+            }
             var pair: [Int32] = [-1, -1]
             guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
                 printToStderr("guidedaccessctl browser: socketpair: \(String(cString: strerror(errno)))")
@@ -95,9 +106,18 @@ struct BrowserLauncher: AsyncParsableCommand {
                     "guidedaccessctl browser: \(attachedBefore ? "attached again" : "attached"): the service shows the session's features in the browser's pages")
                 attachedBefore = true
                 said = nil
-                delay = .milliseconds(100)
+                let since = ContinuousClock.now
                 await ended.wait()
                 await client.close()
+                // A service that let go soon (a browser it finds too slow,
+                // a service that crashes as it attaches) is tried ever more
+                // slowly; one that held it a while at once, and as a first.
+                if ContinuousClock.now - since >= .seconds(10) {
+                    delay = .milliseconds(100)
+                    wait = false
+                } else {
+                    wait = true
+                }
                 guard !relay.browserExited else { return }
                 printToStderr("guidedaccessctl browser: the service let go of the browser; attaching again when it is back")
             case .failure(let error):
@@ -110,12 +130,62 @@ struct BrowserLauncher: AsyncParsableCommand {
                     printToStderr(
                         "guidedaccessctl browser: not attached (\(error.dbusErrorName)): \(reason); the browser runs without the service's features until it is")
                 }
-                // No service yet (or a refusal the configuration may lift):
-                // look again, ever more slowly up to every 5 s.
-                try? await Task.sleep(for: delay)
-                delay = min(delay * 2, .seconds(5))
+                // No service yet: look again, ever more slowly up to every
+                // 5 s. A refusal (which the configuration may lift, and
+                // each of which the service audits): every minute.
+                wait = true
+                if case .notAuthorized = error { delay = .seconds(60) }
+                if case .interactiveAuthorizationRequired = error { delay = .seconds(60) }
             }
         }
+    }
+}
+
+/// Pokes `appeared` each time the service's name gets an owner, for as
+/// long as the task runs (nothing when there is no bus to watch).
+func watchForService(_ bus: Bus, _ appeared: Alarm) async {
+    guard let connection = try? await Connection.connect(to: bus),
+        let changes = try? await connection.signals(matching: .nameOwnerChanged(for: GuidedAccessBus.name))
+    else { return }
+    for await change in changes {
+        if let arguments = try? change.arguments(), arguments.count == 3, case .string(let owner) = arguments[2],
+            !owner.isEmpty
+        {
+            appeared.poke()
+        }
+    }
+    _ = connection
+}
+
+/// A wait that ends early when poked (a poke with no one waiting ends the next wait).
+final class Alarm: Sendable {
+    private let state = Mutex<(poked: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+
+    func poke() {
+        state.withLock { state -> CheckedContinuation<Void, Never>? in
+            if let waiter = state.waiter.take() { return waiter }
+            state.poked = true
+            return nil
+        }?.resume()
+    }
+
+    func wait(atMost duration: Duration) async {
+        let timer = Task { [self] in
+            try? await Task.sleep(for: duration)
+            poke()
+        }
+        await withCheckedContinuation { continuation in
+            let now = state.withLock { state -> Bool in
+                if state.poked {
+                    state.poked = false
+                    return true
+                }
+                state.waiter = continuation
+                return false
+            }
+            if now { continuation.resume() }
+        }
+        timer.cancel()
     }
 }
 
@@ -203,12 +273,16 @@ final class PipeRelay: Sendable {
         wakeRead = wake[0]
         wakeWrite = wake[1]
 
+        // Made before a handler can touch it (a static is made on first use).
+        _ = caught.load(ordering: .relaxed)
         for signal in [SIGTERM, SIGINT, SIGHUP, SIGCHLD] {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { number in
+                let saved = errno
                 PipeRelay.caught.bitwiseOr(1 << UInt64(number), ordering: .relaxed)
                 var byte: UInt8 = 1
                 _ = write(PipeRelay.wakeWrite, &byte, 1)
+                errno = saved
             }
             action.sa_flags = SA_RESTART
             sigemptyset(&action.sa_mask)
@@ -232,7 +306,12 @@ final class PipeRelay: Sendable {
         var empty = sigset_t()
         sigemptyset(&empty)
         posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+        // A process group of its own: Ctrl-C on a terminal reaches the
+        // launcher, which passes it on once (Chromium takes a second
+        // signal as "exit now", without its clean shutdown).
+        posix_spawnattr_setpgroup(&attributes, 0)
+        posix_spawnattr_setflags(
+            &attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP))
 
         let argv = [arguments[0], "--remote-debugging-pipe"] + arguments.dropFirst()
         var cArguments = argv.map { strdup($0) } + [nil]
@@ -355,6 +434,8 @@ final class PipeRelay: Sendable {
         var buffer = [UInt8](repeating: 0, count: 65536)
         /// The browser closed its end of the pipe (it is exiting).
         var browserClosed = false
+        /// The browser closed the end it reads commands from.
+        var browserDeaf = false
 
         func detach(_ why: String?) {
             guard service >= 0 else { return }
@@ -422,7 +503,10 @@ final class PipeRelay: Sendable {
             var fds = [
                 pollfd(fd: Self.wakeRead, events: Int16(POLLIN), revents: 0),
                 pollfd(fd: browserClosed ? -1 : fromBrowser, events: Int16(POLLIN), revents: 0),
-                pollfd(fd: toBrowser, events: toBrowserHead < toBrowserQueue.count ? Int16(POLLOUT) : 0, revents: 0),
+                // Not polled once it failed: POLLERR is reported whatever is asked.
+                pollfd(
+                    fd: browserDeaf ? -1 : toBrowser, events: toBrowserHead < toBrowserQueue.count ? Int16(POLLOUT) : 0,
+                    revents: 0),
                 // The service's commands are read only while the browser
                 // takes them: a browser that stops reading holds the service up.
                 pollfd(
@@ -431,8 +515,10 @@ final class PipeRelay: Sendable {
                         | (toServiceHead < toService.count ? Int16(POLLOUT) : 0), revents: 0),
             ]
             if poll(&fds, nfds_t(fds.count), -1) < 0 {
-                if errno == EINTR { continue }
-                return
+                // EINTR: a signal, handled at the top. Anything else (no
+                // memory) passes; the loop must go on to see the browser exit.
+                if errno != EINTR { usleep(100_000) }
+                continue
             }
 
             // The browser's replies and events.
@@ -491,7 +577,9 @@ final class PipeRelay: Sendable {
                     detach(nil)
                 }
             }
-            if fds[2].revents & Int16(POLLOUT | POLLERR) != 0, toBrowserHead < toBrowserQueue.count {
+            if fds[2].revents & Int16(POLLERR | POLLHUP) != 0 {
+                browserDeaf = true
+            } else if fds[2].revents & Int16(POLLOUT) != 0, toBrowserHead < toBrowserQueue.count {
                 let n = toBrowserQueue.withUnsafeBytes { write(toBrowser, $0.baseAddress! + toBrowserHead, $0.count - toBrowserHead) }
                 if n > 0 {
                     toBrowserHead += n
@@ -499,7 +587,13 @@ final class PipeRelay: Sendable {
                         toBrowserQueue.removeAll(keepingCapacity: toBrowserQueue.capacity <= 1 << 20)
                         toBrowserHead = 0
                     }
+                } else if n < 0, errno != EAGAIN, errno != EINTR {
+                    browserDeaf = true
                 }
+            }
+            if browserDeaf {
+                toBrowserQueue = []
+                toBrowserHead = 0
             }
         }
     }
