@@ -112,12 +112,14 @@ public actor BrowserLayer {
     }
 
     /// A layer over `descriptor` (which it now owns), the service's end of
-    /// the socket a launcher relays the browser's DevTools pipe on.
-    public init(attachedBy who: String, descriptor: Int32, loop: EventLoop, logger: Logger) {
+    /// the socket a launcher relays the browser's DevTools pipe on. `log`:
+    /// shared by every attachment, so that attaching again and again does
+    /// not start its rate limit again.
+    init(attachedBy who: String, descriptor: Int32, loop: EventLoop, log: PeerLog) {
         self.source = .attachment(who)
         self.descriptor = descriptor
         self.loop = loop
-        self.log = PeerLog(logger)
+        self.log = log
     }
 
     deinit {

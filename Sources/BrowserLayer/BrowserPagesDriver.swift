@@ -22,7 +22,9 @@ public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @uncheck
     /// The browsers launchers attached, by the launcher's bus name.
     private var attached: [(owner: String, layer: BrowserLayer)] = []
     private let loop: EventLoop
-    private let logger: Logger
+    /// The attachments' log lines, rate-limited together (a caller that
+    /// attaches a hundred sockets in a row gets the log a few lines).
+    private let attachmentLog: PeerLog
     /// The look the session wants, as last applied (a browser attached
     /// later is shown it).
     private var look: BrowserLook?
@@ -37,7 +39,7 @@ public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @uncheck
     public init(endpoint: DevToolsEndpoint?, loop: EventLoop, logger: Logger) {
         endpointLayer = endpoint.map { BrowserLayer(endpoint: $0, loop: loop, logger: logger) }
         self.loop = loop
-        self.logger = logger
+        attachmentLog = PeerLog(logger)
     }
 
     /// `[Browser] DevToolsEndpoint=`: the kiosk browser's
@@ -137,7 +139,7 @@ public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @uncheck
         }
         let layer = BrowserLayer(
             attachedBy: "\(caller.uniqueName) (uid \(caller.identity.uid))", descriptor: descriptor,
-            loop: loop, logger: logger)
+            loop: loop, log: attachmentLog)
         attached.append((caller.uniqueName, layer))
         await layer.start(onChange: changeHandler())
         guard await layer.connectIfAbsent() else {

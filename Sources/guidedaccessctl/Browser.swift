@@ -200,12 +200,14 @@ final class Alarm: Sendable {
 /// pipe (signals, a new attachment); every descriptor is non-blocking and
 /// what waits is bounded:
 /// - browser → service: passed on as it comes, starting at a message's
-///   beginning; dropped while nothing is attached (the browser never
-///   waits for the service); over `backlogLimit` waiting, the service is
-///   taken for stuck and let go of.
+///   beginning, and read only while less than `backlogLimit` waits for
+///   the service (a service slower than the browser's stream slows the
+///   browser's writes, as TCP does on a WebSocket); read and dropped while
+///   nothing is attached.
 /// - service → browser: only whole messages go to the browser, so a
-///   service that dies mid-message leaves none cut in the pipe.
-/// - when an attachment ends, the launcher turns auto-attach off in the
+///   service that dies mid-message leaves none cut in the pipe; read from
+///   the service only while less than `backlogLimit` waits for the browser.
+/// - when an attachment the service spoke on ends, the launcher turns auto-attach off in the
 ///   browser, which detaches the pages the service had attached (their
 ///   document scripts and emulation go with them); the next service finds
 ///   and removes the style the pages still show.
@@ -426,6 +428,9 @@ final class PipeRelay: Sendable {
         var browserAtBoundary = true
         /// Skipping the rest of a message begun before the attachment.
         var skippingToBoundary = false
+        /// Whether the service sent anything in this attachment (then,
+        /// when it ends, what it set up in the browser is let go of).
+        var serviceSpoke = false
         /// Service → browser: whole messages waiting, and the message being read.
         var toBrowserQueue: [UInt8] = []
         var toBrowserHead = 0
@@ -445,14 +450,16 @@ final class PipeRelay: Sendable {
             toServiceHead = 0
             partial = []
             if let why { printToStderr("guidedaccessctl browser: \(why)") }
+            ended?.resume()
+            ended = nil
+            guard serviceSpoke else { return }
+            serviceSpoke = false
             // The pages the service attached go with auto-attach (and their
             // document scripts and emulation with them).
             let command =
                 "{\"id\":\(nextOwnID),\"method\":\"Target.setAutoAttach\",\"params\":{\"autoAttach\":false,\"waitForDebuggerOnStart\":false,\"flatten\":true}}"
             nextOwnID += 1
             toBrowserQueue += Array(command.utf8) + [0]
-            ended?.resume()
-            ended = nil
         }
 
         while true {
@@ -502,7 +509,13 @@ final class PipeRelay: Sendable {
 
             var fds = [
                 pollfd(fd: Self.wakeRead, events: Int16(POLLIN), revents: 0),
-                pollfd(fd: browserClosed ? -1 : fromBrowser, events: Int16(POLLIN), revents: 0),
+                // The browser's stream is read only as fast as the service
+                // takes it (as TCP would make a browser's WebSocket wait);
+                // with no service attached it is read and dropped.
+                pollfd(
+                    fd: browserClosed || (service >= 0 && toService.count - toServiceHead >= Self.backlogLimit)
+                        ? -1 : fromBrowser,
+                    events: Int16(POLLIN), revents: 0),
                 // Not polled once it failed: POLLERR is reported whatever is asked.
                 pollfd(
                     fd: browserDeaf ? -1 : toBrowser, events: toBrowserHead < toBrowserQueue.count ? Int16(POLLOUT) : 0,
@@ -535,12 +548,7 @@ final class PipeRelay: Sendable {
                         }
                     }
                     browserAtBoundary = buffer[n - 1] == 0
-                    if service >= 0, start < n {
-                        toService += buffer[start..<n]
-                        if toService.count - toServiceHead > Self.backlogLimit {
-                            detach("the service does not read what the browser sends (over \(Self.backlogLimit >> 20) MiB waiting); letting go of it")
-                        }
-                    }
+                    if service >= 0, start < n { toService += buffer[start..<n] }
                 } else if n == 0 {
                     // The browser closed its end: it is exiting; waitpid tells.
                     browserClosed = true
@@ -564,6 +572,7 @@ final class PipeRelay: Sendable {
                 if n > 0 {
                     var start = 0
                     while let nul = buffer[start..<n].firstIndex(of: 0) {
+                        serviceSpoke = true
                         toBrowserQueue += partial
                         toBrowserQueue += buffer[start...nul]
                         partial = []
