@@ -65,6 +65,15 @@ public actor BrowserLayer {
     private var onChange: (@Sendable () -> Void)?
 
     static let firstBackoff: Duration = .milliseconds(100)
+
+    /// When the memory of a lost connection was last given back (loop only).
+    nonisolated(unsafe) private static var lastTrim: ContinuousClock.Instant?
+    private static func trimMemory() {
+        let now = ContinuousClock.now
+        if let lastTrim, now - lastTrim < .seconds(5) { return }
+        lastTrim = now
+        malloc_trim(0)
+    }
     /// A connection that held this long resets the back-off: one that
     /// breaks sooner (a browser crashing as it starts, a peer that flaps)
     /// is retried ever more slowly.
@@ -281,8 +290,10 @@ public actor BrowserLayer {
         log.log(.warning, "browser layer: lost the browser \(source): \(reason)")
         if case .attachment = source { finished = true }
         // What the connection took (its buffers, its pages) goes back to the
-        // system, not only to malloc's free lists.
-        malloc_trim(0)
+        // system, not only to malloc's free lists — at most every few
+        // seconds: it walks the heap, and a peer that breaks its connection
+        // again and again must not have the loop do that each time.
+        Self.trimMemory()
         onChange?()
         if finished {
             return

@@ -33,7 +33,7 @@ final class LoopbackStream: @unchecked Sendable {
     private var readsWithoutWait = 0
     /// Reads of a full buffer allowed before the stream waits for epoll
     /// once, so that whatever else is ready runs first.
-    static let readsPerWakeUp = 4
+    static let readsPerWakeUp = 2
 
     init(loop: EventLoop) { self.loop = loop }
 

@@ -227,8 +227,9 @@ final class PipeRelay: Sendable {
         var exitWaiters: [CheckedContinuation<Int32, Never>] = []
     }
 
-    /// Bytes from the browser waiting for the service past which it is let go of.
-    static let backlogLimit = 8 << 20
+    /// Bytes waiting for the service (or for the browser) past which the
+    /// launcher stops reading the other side until they have gone.
+    static let backlogLimit = 1 << 20
     /// The longest message taken from the service (Chromium's own limit is larger; the service's are small).
     static let messageLimit = 16 << 20
     /// Ids of the launcher's own commands: above the service's (`DevToolsClient.pipeIDCeiling`).
