@@ -81,6 +81,9 @@ actor Counter {
             ], at: "/org/example/Files")
         var fds: [Int32] = [-1, -1]
         #expect(pipe(&fds) == 0)
+        // Close-on-exec: a child another test spawns meanwhile must not
+        // hold the pipe open (the check below reads its end).
+        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         defer { for fd in fds where fd >= 0 { close(fd) } }
         func take(_ keep: Bool) async throws {
             _ = try await client.call(
