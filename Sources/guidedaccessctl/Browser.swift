@@ -36,6 +36,8 @@ struct BrowserLauncher: AsyncParsableCommand {
     var command: [String] = []
 
     func validate() throws {
+        // `browser --help` asks for this help (a browser named --help is not one).
+        if command.first == "--help" || command.first == "-h" { throw CleanExit.helpRequest(self) }
         if browserArguments.isEmpty { throw ValidationError("expected the browser to run: guidedaccessctl browser [--] COMMAND [ARG...]") }
     }
 
