@@ -72,7 +72,9 @@ public actor BrowserLayer {
         let now = ContinuousClock.now
         if let lastTrim, now - lastTrim < .seconds(5) { return }
         lastTrim = now
-        malloc_trim(0)
+        // Off the loop's thread: walking a heap a flood fragmented can take
+        // tens of milliseconds, which callers would wait.
+        Task.detached(priority: .background) { malloc_trim(0) }
     }
     /// A connection that held this long resets the back-off: one that
     /// breaks sooner (a browser crashing as it starts, a peer that flaps)
@@ -291,8 +293,8 @@ public actor BrowserLayer {
         if case .attachment = source { finished = true }
         // What the connection took (its buffers, its pages) goes back to the
         // system, not only to malloc's free lists — at most every few
-        // seconds: it walks the heap, and a peer that breaks its connection
-        // again and again must not have the loop do that each time.
+        // seconds: a peer that breaks its connection again and again must
+        // not have the heap walked each time.
         Self.trimMemory()
         onChange?()
         if finished {
