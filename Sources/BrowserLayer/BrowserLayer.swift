@@ -11,7 +11,8 @@ import Synchronization
 ///
 /// One connection to the browser target: a WebSocket to its DevTools
 /// endpoint, or the socket a launcher relays its DevTools pipe on (an
-/// attachment: used once, never reconnected — the launcher attaches anew). While no session needs the pages it
+/// attachment: used once, never reconnected — the launcher attaches anew).
+/// While no session needs the pages it
 /// is attached to none of them, so an idle kiosk sees no DevTools traffic
 /// and the service no wake-up; while one does, it auto-attaches to every page
 /// (those open, those opened later) and shows the session's `BrowserLook` in

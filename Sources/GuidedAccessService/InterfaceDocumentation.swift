@@ -86,8 +86,10 @@ enum InterfaceDocumentation {
         replies; from then on it shows the session's features in the browser's pages, and Desktop ends in \
         +browser, until the socket closes. One attachment per connection (attaching again replaces it), \
         8 at most. Admitted as StartSession's callers are. In system mode it is passed on to the session \
-        agent. Errors: InvalidArgs (not a Unix stream socket; no DevTools answer), LimitExceeded, \
-        NotAuthorized, org.freedesktop.DBus.Error.NotSupported (system mode without a session agent).
+        agent. Errors: InvalidArgs (not a connected Unix stream socket, or its other end is another \
+        user's; no DevTools answer), LimitExceeded, NotAuthorized (also: system mode, and the caller is \
+        not the session agent's user), org.freedesktop.DBus.Error.NotSupported (system mode without a \
+        session agent).
         """,
         "SessionActive": "Whether a session is active.",
         "SessionOwner": """

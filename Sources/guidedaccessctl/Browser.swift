@@ -143,6 +143,34 @@ struct BrowserLauncher: AsyncParsableCommand {
     }
 }
 
+/// Bytes waiting for a non-blocking descriptor, written as it takes them.
+struct Outbox {
+    private var bytes: [UInt8] = []
+    private var head = 0
+
+    var waiting: Int { bytes.count - head }
+
+    mutating func append<S: Sequence<UInt8>>(_ more: S) { bytes.append(contentsOf: more) }
+
+    mutating func clear() {
+        bytes = []
+        head = 0
+    }
+
+    /// Writes what `write(pointer, count)` takes now; false when it failed
+    /// (anything but EAGAIN and EINTR).
+    mutating func writeSome(_ write: (UnsafeRawPointer, Int) -> Int) -> Bool {
+        let n = bytes.withUnsafeBytes { write($0.baseAddress! + head, $0.count - head) }
+        guard n > 0 else { return n == 0 || errno == EAGAIN || errno == EINTR }
+        head += n
+        if head == bytes.count {
+            bytes.removeAll(keepingCapacity: bytes.capacity <= 1 << 20)
+            head = 0
+        }
+        return true
+    }
+}
+
 /// Pokes `appeared` each time the service's name gets an owner, for as
 /// long as the task runs (nothing when there is no bus to watch).
 func watchForService(_ bus: Bus, _ appeared: Alarm) async {
@@ -423,9 +451,8 @@ final class PipeRelay: Sendable {
     private func loop() {
         var service: Int32 = -1
         var ended: Ended?
-        /// Browser → service bytes waiting, from `toServiceHead` on.
-        var toService: [UInt8] = []
-        var toServiceHead = 0
+        /// Browser → service bytes waiting.
+        var toService = Outbox()
         /// Whether the browser's stream is between messages (a new
         /// attachment starts there).
         var browserAtBoundary = true
@@ -435,8 +462,7 @@ final class PipeRelay: Sendable {
         /// when it ends, what it set up in the browser is let go of).
         var serviceSpoke = false
         /// Service → browser: whole messages waiting, and the message being read.
-        var toBrowserQueue: [UInt8] = []
-        var toBrowserHead = 0
+        var toBrowserQueue = Outbox()
         var partial: [UInt8] = []
         var nextOwnID = Self.firstOwnID
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -449,8 +475,7 @@ final class PipeRelay: Sendable {
             guard service >= 0 else { return }
             close(service)
             service = -1
-            toService = []
-            toServiceHead = 0
+            toService.clear()
             partial = []
             if let why { printToStderr("guidedaccessctl browser: \(why)") }
             ended?.resume()
@@ -462,7 +487,7 @@ final class PipeRelay: Sendable {
             let command =
                 "{\"id\":\(nextOwnID),\"method\":\"Target.setAutoAttach\",\"params\":{\"autoAttach\":false,\"waitForDebuggerOnStart\":false,\"flatten\":true}}"
             nextOwnID += 1
-            toBrowserQueue += Array(command.utf8) + [0]
+            toBrowserQueue.append(Array(command.utf8) + [0])
         }
 
         while true {
@@ -516,19 +541,19 @@ final class PipeRelay: Sendable {
                 // takes it (as TCP would make a browser's WebSocket wait);
                 // with no service attached it is read and dropped.
                 pollfd(
-                    fd: browserClosed || (service >= 0 && toService.count - toServiceHead >= Self.backlogLimit)
+                    fd: browserClosed || (service >= 0 && toService.waiting >= Self.backlogLimit)
                         ? -1 : fromBrowser,
                     events: Int16(POLLIN), revents: 0),
                 // Not polled once it failed: POLLERR is reported whatever is asked.
                 pollfd(
-                    fd: browserDeaf ? -1 : toBrowser, events: toBrowserHead < toBrowserQueue.count ? Int16(POLLOUT) : 0,
+                    fd: browserDeaf ? -1 : toBrowser, events: toBrowserQueue.waiting > 0 ? Int16(POLLOUT) : 0,
                     revents: 0),
                 // The service's commands are read only while the browser
                 // takes them: a browser that stops reading holds the service up.
                 pollfd(
                     fd: service,
-                    events: (toBrowserQueue.count - toBrowserHead < Self.backlogLimit ? Int16(POLLIN) : 0)
-                        | (toServiceHead < toService.count ? Int16(POLLOUT) : 0), revents: 0),
+                    events: (toBrowserQueue.waiting < Self.backlogLimit ? Int16(POLLIN) : 0)
+                        | (toService.waiting > 0 ? Int16(POLLOUT) : 0), revents: 0),
             ]
             if poll(&fds, nfds_t(fds.count), -1) < 0 {
                 // EINTR: a signal, handled at the top. Anything else (no
@@ -551,23 +576,16 @@ final class PipeRelay: Sendable {
                         }
                     }
                     browserAtBoundary = buffer[n - 1] == 0
-                    if service >= 0, start < n { toService += buffer[start..<n] }
+                    if service >= 0, start < n { toService.append(buffer[start..<n]) }
                 } else if n == 0 {
                     // The browser closed its end: it is exiting; waitpid tells.
                     browserClosed = true
                 }
             }
-            if fds[3].revents & Int16(POLLOUT) != 0, service >= 0 {
-                let n = toService.withUnsafeBytes { send(service, $0.baseAddress! + toServiceHead, $0.count - toServiceHead, Int32(MSG_NOSIGNAL)) }
-                if n > 0 {
-                    toServiceHead += n
-                    if toServiceHead == toService.count {
-                        toService.removeAll(keepingCapacity: toService.capacity <= 1 << 20)
-                        toServiceHead = 0
-                    }
-                } else if n < 0, errno != EAGAIN, errno != EINTR {
-                    detach(nil)
-                }
+            if fds[3].revents & Int16(POLLOUT) != 0, service >= 0,
+                !toService.writeSome({ send(service, $0, $1, Int32(MSG_NOSIGNAL)) })
+            {
+                detach(nil)
             }
             // The service's commands: whole messages only.
             if service >= 0, fds[3].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
@@ -576,8 +594,8 @@ final class PipeRelay: Sendable {
                     var start = 0
                     while let nul = buffer[start..<n].firstIndex(of: 0) {
                         serviceSpoke = true
-                        toBrowserQueue += partial
-                        toBrowserQueue += buffer[start...nul]
+                        toBrowserQueue.append(partial)
+                        toBrowserQueue.append(buffer[start...nul])
                         partial = []
                         start = nul + 1
                     }
@@ -591,21 +609,13 @@ final class PipeRelay: Sendable {
             }
             if fds[2].revents & Int16(POLLERR | POLLHUP) != 0 {
                 browserDeaf = true
-            } else if fds[2].revents & Int16(POLLOUT) != 0, toBrowserHead < toBrowserQueue.count {
-                let n = toBrowserQueue.withUnsafeBytes { write(toBrowser, $0.baseAddress! + toBrowserHead, $0.count - toBrowserHead) }
-                if n > 0 {
-                    toBrowserHead += n
-                    if toBrowserHead == toBrowserQueue.count {
-                        toBrowserQueue.removeAll(keepingCapacity: toBrowserQueue.capacity <= 1 << 20)
-                        toBrowserHead = 0
-                    }
-                } else if n < 0, errno != EAGAIN, errno != EINTR {
-                    browserDeaf = true
-                }
+            } else if fds[2].revents & Int16(POLLOUT) != 0, toBrowserQueue.waiting > 0,
+                !toBrowserQueue.writeSome({ write(toBrowser, $0, $1) })
+            {
+                browserDeaf = true
             }
             if browserDeaf {
-                toBrowserQueue = []
-                toBrowserHead = 0
+                toBrowserQueue.clear()
             }
         }
     }
