@@ -73,9 +73,20 @@ public actor BrowserLayer {
         let now = ContinuousClock.now
         if let lastTrim, now - lastTrim < .seconds(5) { return }
         lastTrim = now
-        // Off the loop's thread: walking a heap a flood fragmented can take
-        // tens of milliseconds, which callers would wait.
-        Task.detached(priority: .background) { malloc_trim(0) }
+        // Off the loop's thread, which callers would wait for (walking a heap
+        // a flood fragmented can take tens of milliseconds): on a thread of
+        // its own that ends with it, not on Swift's global executor, whose
+        // first use would leave the idle service threads, descriptors and
+        // wake-ups of its own.
+        var thread = pthread_t()
+        if pthread_create(&thread, nil, { _ in
+            malloc_trim(0)
+            return nil
+        }, nil) == 0 {
+            pthread_detach(thread)
+        } else {
+            malloc_trim(0)
+        }
     }
     /// A connection that held this long resets the back-off: one that
     /// breaks sooner (a browser crashing as it starts, a peer that flaps)

@@ -234,6 +234,7 @@ def test_introspection_declares_the_api(ga_env, gad, rec):
         "GetRestrictionState": ("method", "s", "s"),
         "ListRestrictions": ("method", "-", "a(ssss)"),
         "RegisterAgent": ("method", "-", "-"),
+        "AttachBrowser": ("method", "h", "-"),
         "SessionChanged": ("signal", "bs", "-"),
         "RestrictionChanged": ("signal", "ss", "-"),
         "SessionActive": ("property", "b", "false"),
