@@ -71,6 +71,12 @@ struct BrowserLauncher: AsyncParsableCommand {
         let appeared = Alarm()
         let watch = Task { await watchForService(bus, appeared) }
         defer { watch.cancel() }
+        // One connection for every attempt, kept for the launcher's life
+        // (and one that the bus dropped kept too): a Connection let go of
+        // while its loop still dispatches its Disconnected is used after
+        // it is freed (a crash seen in the DBus layer, not yet fixed there).
+        var client: GuidedAccessClient?
+        var dropped: [GuidedAccessClient] = []
         while !Task.isCancelled {
             if wait {
                 await appeared.wait(atMost: delay)
@@ -88,29 +94,34 @@ struct BrowserLauncher: AsyncParsableCommand {
                 close(pair[1])
                 return
             }
-            let attached: Result<GuidedAccessClient, GuidedAccessError>
+            let attached: Result<Void, GuidedAccessError>
             do throws(GuidedAccessError) {
-                let client = try await GuidedAccessClient.connect(bus: bus)
-                do throws(GuidedAccessError) {
-                    try await client.attachBrowser(socket: pair[1])
-                } catch {
-                    await client.close()
-                    throw error
+                if let old = client, await !old.connection.isConnected {
+                    dropped.append(old)
+                    client = nil
                 }
-                attached = .success(client)
+                let current: GuidedAccessClient
+                if let client {
+                    current = client
+                } else {
+                    current = try await GuidedAccessClient.connect(bus: bus)
+                    client = current
+                }
+                // The same connection attaching again replaces its earlier attachment.
+                try await current.attachBrowser(socket: pair[1])
+                attached = .success(())
             } catch {
                 attached = .failure(error)
             }
             close(pair[1])  // the message carried a copy
             switch attached {
-            case .success(let client):
+            case .success:
                 printToStderr(
                     "guidedaccessctl browser: \(attachedBefore ? "attached again" : "attached"): the service shows the session's features in the browser's pages")
                 attachedBefore = true
                 said = nil
                 let since = ContinuousClock.now
                 await ended.wait()
-                await client.close()
                 // A service that let go soon (a browser it finds too slow,
                 // a service that crashes as it attaches) is tried ever more
                 // slowly; one that held it a while at once, and as a first.
