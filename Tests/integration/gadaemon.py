@@ -545,6 +545,18 @@ class Daemon:
 # ---------------------------------------------------------------- GLib pumping
 
 
+def poll(condition, timeout, interval=0.01):
+    """condition() every `interval` s until it is true or `timeout` s have
+    passed (no main loop: for state read from files and processes); its
+    last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
 def pump(condition, timeout):
     """Runs the default GLib main context until condition() is true or
     `timeout` seconds have passed; returns condition()."""

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import pytest
 
-from gadaemon import (_STARTED, DBUS_ERROR, GA_ERROR, IFACE, NAME, NOBODY, PATH, PEER, PROPERTIES, REPO_ROOT,
+from gadaemon import (poll, _STARTED, DBUS_ERROR, GA_ERROR, IFACE, NAME, NOBODY, PATH, PEER, PROPERTIES, REPO_ROOT,
                       _die_with_parent, pump, pump_for)
 
 CTL = Path(os.environ.get("GUIDEDACCESSCTL", REPO_ROOT / ".build" / "debug" / "guidedaccessctl"))
@@ -270,12 +270,7 @@ def cpu_ticks(pid):
 
 
 def wait_for(condition, timeout, interval=0.01):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
+    return poll(condition, timeout, interval)
 
 
 def kill_quietly(pid, signum=signal.SIGKILL):

@@ -59,7 +59,7 @@ from agents import readable
 from conftest import start_guidedaccessd
 from devtools_pipe_fake import LAUNCHER_IDS, FakePipeBrowser
 from gadaemon import (_STARTED, DBUS_ERROR, GA_ERROR, HERE, IFACE, NAME, NOBODY, PATH, REPO_ROOT, Recorder,
-                      _die_with_parent, busctl_options, pump)
+                      _die_with_parent, busctl_options, poll, pump)
 from test_ga_browser_faults import BROWSER_FEATURES, CALL_LIMIT, PAGE_COMMANDS, get
 from test_ga_hostile_peers import (LATENCY_BOUND, SYSTEM_PYTHON, Prober, browser_layer_lines, get_timed, log_between,
                                    log_size, spawn, status_kib)
@@ -173,12 +173,7 @@ class Launcher:
                 and (target is None or r["target"] == target) and (not browser_only or r["sessionId"] is None)]
 
     def wait(self, condition, timeout, interval=0.02):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value or time.monotonic() >= deadline:
-                return value
-            time.sleep(interval)
+        return poll(condition, timeout, interval)
 
     def fake_pid(self, timeout=5.0):
         if self._pid is None:
