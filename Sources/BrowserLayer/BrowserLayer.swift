@@ -64,6 +64,9 @@ public actor BrowserLayer {
     private var attaching: Task<Void, Never>?
     private var pages: [String: Page] = [:]
     private var onChange: (@Sendable () -> Void)?
+    /// (1.2) The page API, when origins are allowed: then the layer stays
+    /// attached to every page, session or not.
+    private var api: PageAPI?
 
     static let firstBackoff: Duration = .milliseconds(100)
 
@@ -112,6 +115,15 @@ public actor BrowserLayer {
         var scriptID: String?
         /// The page's changes, one after another.
         var work: Task<Void, Never>?
+        /// (1.2) A new tab the browser holds until the page API is in it.
+        var waiting = false
+        /// The page API's binding and document script are in the page.
+        var apiInstalled = false
+        /// The tab's top document now: its execution context (main world)
+        /// and origin, as the browser reports them.
+        var top: (id: Int, origin: String)?
+        /// The page's calls not answered yet.
+        var outstanding = 0
     }
 
     public enum Source: Sendable, CustomStringConvertible {
@@ -158,6 +170,14 @@ public actor BrowserLayer {
         self.onChange = onChange
         leftoversPossible = true
         attempt()
+    }
+
+    /// (1.2) Serves the page API in this browser's pages of the allowed
+    /// origins: from now on every page is attached, and each new tab is
+    /// held until the API is defined in it.
+    public func serve(_ api: PageAPI) async {
+        self.api = api
+        if client != nil { await reconcile() }
     }
 
     /// A client asked what is supported: if the browser is not connected,
@@ -212,6 +232,7 @@ public actor BrowserLayer {
         isConnected = false
         pages = [:]
         await client.close()
+        api?.handlers.left(api!.caller.uniqueName, nil, nil)
         onChange?()
     }
 
@@ -303,6 +324,7 @@ public actor BrowserLayer {
         connectedAt = nil
         log.log(.warning, "browser layer: lost the browser \(source): \(reason)")
         if case .attachment = source { finished = true }
+        if let api { api.handlers.left(api.caller.uniqueName, nil, nil) }
         // What the connection took (its buffers, its pages) goes back to the
         // system, not only to malloc's free lists — at most every few
         // seconds: a peer that breaks its connection again and again must
@@ -326,7 +348,7 @@ public actor BrowserLayer {
     private func reconcile() async {
         guard let client else { return }
         let deadline = ContinuousClock.now + Self.showWait
-        if look != nil || leftoversPossible {
+        if look != nil || leftoversPossible || api != nil {
             if !autoAttached {
                 autoAttached = true
                 attaching = Task(executorPreference: loop) { await self.attachPages(client) }
@@ -336,7 +358,8 @@ public actor BrowserLayer {
         }
         let updates = pages.keys.sorted().map { update($0) }
         await settle(updates, until: deadline)
-        guard look == nil else { return }
+        // The page API keeps the pages attached.
+        guard look == nil, api == nil else { return }
         // Every page put back — a slow one too, after its caller had its
         // answer: then let go of them, so that nothing more comes.
         Task(executorPreference: loop) {
@@ -354,7 +377,9 @@ public actor BrowserLayer {
         do throws(DevToolsFailure) {
             _ = try await client.call(
                 "Target.setAutoAttach",
-                [("autoAttach", .bool(true)), ("waitForDebuggerOnStart", .bool(false)), ("flatten", .bool(true))],
+                // With the page API, a new tab waits until the API is in it,
+                // so that it is there before the page's own scripts.
+                [("autoAttach", .bool(true)), ("waitForDebuggerOnStart", .bool(api != nil)), ("flatten", .bool(true))],
                 timeout: Self.showWait)
         } catch {
             guard self.client === client else { return }
@@ -369,11 +394,11 @@ public actor BrowserLayer {
         // A page attached meanwhile (a tab opened as the session ended) is
         // put back first; one that fails is left out, so this ends.
         for _ in 0..<8 {
-            guard look == nil, self.client === client, autoAttached else { return }
+            guard look == nil, api == nil, self.client === client, autoAttached else { return }
             guard let session = pages.first(where: { !$0.value.known || $0.value.shown != nil })?.key else { break }
             await update(session).value
         }
-        guard look == nil, self.client === client, autoAttached else { return }
+        guard look == nil, api == nil, self.client === client, autoAttached else { return }
         leftoversPossible = false
         autoAttached = false
         pages = [:]
@@ -421,11 +446,34 @@ public actor BrowserLayer {
     private func bringUpToDate(_ session: String) async {
         guard let client, let page = pages[session] else { return }
         let look = self.look
-        guard !page.known || page.shown != look else { return }
+        do throws(DevToolsFailure) {
+            if let api, !page.apiInstalled { try await install(api, in: session, client) }
+            if page.known, page.shown == look {
+                try await resume(session, client)
+                return
+            }
+            try await show(look, in: session, page, client)
+            try await resume(session, client)
+        } catch {
+            guard pages[session] != nil, self.client === client else { return }  // closed, or the connection went
+            log.log(.warning, "browser layer: page \(page.targetID) left out: \(error)")
+            pages[session] = nil
+            detach(session, client)
+        }
+    }
+
+    /// A tab held for the page API goes on.
+    private func resume(_ session: String, _ client: DevToolsClient) async throws(DevToolsFailure) {
+        guard pages[session]?.waiting == true else { return }
+        pages[session]?.waiting = false
+        _ = try await client.call("Runtime.runIfWaitingForDebugger", session: session, timeout: Self.commandTimeout)
+    }
+
+    private func show(_ look: BrowserLook?, in session: String, _ page: Page, _ client: DevToolsClient) async throws(DevToolsFailure) {
         let known = page.known, before = page.shown
         let sheet = look?.styleSheet
-        do throws(DevToolsFailure) {
-            if sheet != nil, !page.pageEnabled {
+        do {
+            if sheet != nil, pages[session]?.pageEnabled != true {
                 // Document scripts run only with the Page domain on.
                 _ = try await client.call("Page.enable", session: session, timeout: Self.commandTimeout)
                 pages[session]?.pageEnabled = true
@@ -470,11 +518,6 @@ public actor BrowserLayer {
             }
             pages[session]?.known = true
             pages[session]?.shown = look
-        } catch {
-            guard pages[session] != nil, self.client === client else { return }  // closed, or the connection went
-            log.log(.warning, "browser layer: page \(page.targetID) left out: \(error)")
-            pages[session] = nil
-            detach(session, client)
         }
     }
 
@@ -489,26 +532,202 @@ public actor BrowserLayer {
         switch event.method {
         case "Target.attachedToTarget":
             guard let session = event.params["sessionId"]?.string, let info = event.params["targetInfo"] else { return }
-            let wanted = look != nil || leftoversPossible
+            let wanted = look != nil || leftoversPossible || api != nil
+            let waiting = event.params["waitingForDebugger"] == .bool(true)
             guard info["type"]?.string == "page", wanted, autoAttached else {
                 // Not a page (a worker, the browser's own UI), or attached
                 // as the layer was letting go: nothing of ours goes there.
-                if let client { detach(session, client) }
+                if let client {
+                    if waiting { tell(client, "Runtime.runIfWaitingForDebugger", session: session) }
+                    detach(session, client)
+                }
                 return
             }
             guard pages.count < Self.pageLimit else {
                 // Left attached and untouched (detaching costs a command
                 // each); letting go of the pages detaches it with the rest.
                 log.log(.warning, "browser layer: more than \(Self.pageLimit) pages; page \(bounded(info["targetId"]?.string ?? "?", 40)) left out")
+                if waiting, let client { tell(client, "Runtime.runIfWaitingForDebugger", session: session) }
                 return
             }
-            pages[session] = Page(targetID: bounded(info["targetId"]?.string ?? "?", 40))
+            var page = Page(targetID: bounded(info["targetId"]?.string ?? "?", 40))
+            page.waiting = waiting
+            pages[session] = page
             _ = update(session)
         case "Target.detachedFromTarget":
             guard let session = event.params["sessionId"]?.string else { return }
-            pages[session] = nil
+            let page = pages.removeValue(forKey: session)
+            if let api, let page { api.handlers.left(api.caller.uniqueName, page.targetID, nil) }
+        case "Runtime.executionContextCreated", "Runtime.executionContextDestroyed", "Runtime.executionContextsCleared",
+            "Runtime.bindingCalled":
+            pageAPIEvent(event)
         default:
             break  // Page events of attached pages: nothing to do.
+        }
+    }
+}
+
+// MARK: - The page API (1.2)
+
+extension BrowserLayer {
+    /// Puts the page API in page `session`: the binding, the document
+    /// script for its next documents, and the script in the document
+    /// there now if it is of an allowed origin.
+    private func install(_ api: PageAPI, in session: String, _ client: DevToolsClient) async throws(DevToolsFailure) {
+        // Reports the contexts there are (`pageAPIEvent` keeps the top one).
+        _ = try await client.call("Runtime.enable", session: session, timeout: Self.commandTimeout)
+        _ = try await client.call("Runtime.addBinding", [("name", .string(PageAPI.binding))], session: session, timeout: Self.commandTimeout)
+        if pages[session]?.pageEnabled == false {
+            _ = try await client.call("Page.enable", session: session, timeout: Self.commandTimeout)
+            pages[session]?.pageEnabled = true
+        }
+        _ = try await client.call(
+            "Page.addScriptToEvaluateOnNewDocument", [("source", .string(api.script))], session: session,
+            timeout: Self.commandTimeout)
+        pages[session]?.apiInstalled = true
+        // A document loaded before the browser was attached.
+        if let top = pages[session]?.top, api.allowed.contains(top.origin) {
+            tell(
+                client, "Runtime.evaluate",
+                [("expression", .string(api.script)), ("contextId", .number(String(top.id))), ("silent", .bool(true))],
+                session: session)
+        }
+    }
+
+    /// The contexts of attached pages, and calls of the binding.
+    fileprivate func pageAPIEvent(_ event: DevToolsEvent) {
+        guard let api, let session = event.sessionID, let page = pages[session] else { return }
+        switch event.method {
+        case "Runtime.executionContextCreated":
+            guard let context = event.params["context"], case .number(let idText)? = context["id"], let id = Int(idText),
+                let auxData = context["auxData"], auxData["isDefault"] == .bool(true),
+                auxData["frameId"]?.string == page.targetID
+            else { return }
+            // The tab's top document, main world: the only context that may call.
+            let origin = context["origin"]?.string ?? ""
+            pages[session]?.top = (id, origin)
+            api.handlers.left(api.caller.uniqueName, page.targetID, origin)
+        case "Runtime.executionContextDestroyed":
+            if case .number(let idText)? = event.params["executionContextId"], Int(idText) == page.top?.id {
+                pages[session]?.top = nil
+            }
+        case "Runtime.executionContextsCleared":
+            pages[session]?.top = nil
+        case "Runtime.bindingCalled":
+            guard event.params["name"]?.string == PageAPI.binding else { return }
+            called(api, session, page, event.params)
+        default:
+            break
+        }
+    }
+
+    /// A page called the binding: from the tab's top document of an allowed
+    /// origin, as the browser says, it is a call; from anywhere else it is
+    /// refused (logged, not answered).
+    private func called(_ api: PageAPI, _ session: String, _ page: Page, _ params: JSON) {
+        guard let client, case .number(let contextText)? = params["executionContextId"], let context = Int(contextText),
+            case .string(let payload)? = params["payload"]
+        else { return }
+        guard let top = page.top, top.id == context, api.allowed.contains(top.origin) else {
+            let why =
+                page.top?.id == context
+                ? "its origin \(bounded(page.top?.origin ?? "", 80)) is not in [Browser] AllowOrigins"
+                : "not from the tab's top document (an iframe, another world, or a document gone)"
+            log.log(.warning, "browser layer: page API call in page \(page.targetID) refused: \(why)")
+            return
+        }
+        func answer(_ id: String, _ result: Result<JSON, GuidedAccessError>) {
+            deliver(result, to: id, client, session, context)
+        }
+        // The id first: a call too big to read is still answered.
+        guard let id = Self.callID(payload) else {
+            log.log(.warning, "browser layer: page API call in page \(page.targetID) (\(top.origin)) is not a call: ignored")
+            return
+        }
+        guard payload.utf8.count <= PageAPI.callLimit else {
+            answer(id, .failure(.invalidArgs("the call's arguments are over \(PageAPI.callLimit >> 10) KiB")))
+            return
+        }
+        guard page.outstanding < PageAPI.outstandingLimit else {
+            answer(id, .failure(.limitExceeded("\(PageAPI.outstandingLimit) calls of this page already wait for their answers")))
+            return
+        }
+        guard let call = try? JSON.parse(Array(payload.utf8)), case .string(let method)? = call["method"],
+            case .array(let arguments)? = call["args"]
+        else {
+            answer(id, .failure(.invalidArgs("the call is not {id, method, args}")))
+            return
+        }
+        var caller = api.caller
+        caller.identity.origin = top.origin
+        caller.tab = page.targetID
+        pages[session]?.outstanding += 1
+        let pageCall = PageCall(caller: caller, method: method, arguments: arguments)
+        let targetID = page.targetID
+        Task(executorPreference: loop) {
+            let result = await api.handlers.call(pageCall)
+            await self.answered(result, to: id, client, session, targetID, context)
+        }
+    }
+
+    private func answered(
+        _ result: Result<JSON, GuidedAccessError>, to id: String, _ client: DevToolsClient, _ session: String, _ targetID: String,
+        _ context: Int
+    ) {
+        guard pages[session]?.targetID == targetID else { return }
+        pages[session]?.outstanding -= 1
+        // Only to the document that asked: not one the tab went on to.
+        guard self.client === client, pages[session]?.top?.id == context else { return }
+        deliver(result, to: id, client, session, context)
+    }
+
+    /// The answer to call `id`, into the context that made it.
+    private func deliver(
+        _ result: Result<JSON, GuidedAccessError>, to id: String, _ client: DevToolsClient, _ session: String, _ context: Int
+    ) {
+        let message: JSON
+        switch result {
+        case .success(let value): message = .object([("id", .number(id)), ("result", value)])
+        case .failure(let error):
+            let name = error.dbusErrorName.split(separator: ".").last.map(String.init) ?? error.dbusErrorName
+            message = .object([
+                ("id", .number(id)),
+                ("error", .object([("name", .string(name)), ("message", .string(error.message))])),
+            ])
+        }
+        tell(
+            client, "Runtime.evaluate",
+            [("expression", .string(PageAPI.delivery(message))), ("contextId", .number(String(context))), ("silent", .bool(true))],
+            session: session)
+    }
+
+    /// `DevToolsClient.tell` from the layer's synchronous code: the client
+    /// runs on the same loop.
+    private func tell(_ client: DevToolsClient, _ method: String, _ params: [(String, JSON)] = [], session: String) {
+        client.assumeIsolated { $0.tell(method, params, session: session) }
+    }
+
+    /// The call's `id`: `{"id":N,` at its start, as the page script writes
+    /// it (N a whole number below 2^53).
+    static func callID(_ payload: String) -> String? {
+        let prefix = "{\"id\":"
+        guard payload.hasPrefix(prefix) else { return nil }
+        let digits = payload.utf8.dropFirst(prefix.utf8.count).prefix { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+        guard (1...15).contains(digits.count) else { return nil }
+        return String(decoding: digits, as: UTF8.self)
+    }
+
+    /// Tells every allowed page's top document.
+    package func tell(_ event: PageEvent) {
+        guard let api, let client else { return }
+        let (type, detail) = event.dom
+        let expression = PageAPI.delivery(.object([("event", .string(type)), ("detail", detail)]))
+        for (session, page) in pages {
+            guard let top = page.top, api.allowed.contains(top.origin) else { continue }
+            tell(
+                client, "Runtime.evaluate",
+                [("expression", .string(expression)), ("contextId", .number(String(top.id))), ("silent", .bool(true))],
+                session: session)
         }
     }
 }

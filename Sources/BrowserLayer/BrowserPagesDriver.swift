@@ -15,7 +15,7 @@ import Logging
 /// `+browser`; both change when browsers come or go. It keeps nothing in
 /// the journal: what a service before it left in the pages is cleared when
 /// a layer connects.
-public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @unchecked Sendable {
+public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, PageServing, @unchecked Sendable {
     public let name = "browser"
     /// The browser at `[Browser] DevToolsEndpoint=`; nil: none configured.
     private let endpointLayer: BrowserLayer?
@@ -31,13 +31,18 @@ public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @uncheck
     /// Whether a browser is connected, as `capabilities` last said.
     private var connected = false
     private var events: (@Sendable (DriverEvent) -> Void)?
+    /// (1.2) `[Browser] AllowOrigins=`: the origins whose pages get the page API.
+    private let allowedOrigins: Set<String>
+    /// What the service answers pages with, once it serves them.
+    private var pageHandlers: PageHandlers?
 
     /// Browsers attached at once: a second launcher is a second browser,
     /// but no caller may make the service hold more than this.
     static let attachmentLimit = 8
 
-    public init(endpoint: DevToolsEndpoint?, loop: EventLoop, logger: Logger) {
+    public init(endpoint: DevToolsEndpoint?, allowedOrigins: [String] = [], loop: EventLoop, logger: Logger) {
         endpointLayer = endpoint.map { BrowserLayer(endpoint: $0, loop: loop, logger: logger) }
+        self.allowedOrigins = Set(allowedOrigins)
         self.loop = loop
         attachmentLog = PeerLog(logger)
     }
@@ -48,6 +53,21 @@ public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @uncheck
     package static let configurationKey = DriverConfigurationKey(group: "Browser", key: "DevToolsEndpoint") { value in
         guard !value.isEmpty, case .failure(let problem) = DevToolsEndpoint.parse(value) else { return nil }
         return problem.description
+    }
+
+    /// (1.2) `[Browser] AllowOrigins=`: the exact origins
+    /// (`scheme://host[:port]`, `;`-separated) whose top-level documents
+    /// get `window.guidedAccess`; empty (the default): none.
+    package static let originsKey = DriverConfigurationKey(group: "Browser", key: "AllowOrigins") { value in
+        for origin in origins(value) {
+            if let problem = BrowserOrigin.problem(origin) { return "'\(origin)': \(problem)" }
+        }
+        return nil
+    }
+
+    /// The items of `[Browser] AllowOrigins=` (checked by `originsKey`).
+    package static func origins(_ value: String?) -> [String] {
+        (value ?? "").split(separator: ";").map { String($0.trimmingASCIIWhitespace) }.filter { !$0.isEmpty }
     }
 
     /// The endpoint a checked `[Browser] DevToolsEndpoint=` names; nil: none.
@@ -141,6 +161,8 @@ public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @uncheck
             attachedBy: "\(caller.uniqueName) (uid \(caller.identity.uid))", descriptor: descriptor,
             loop: loop, log: attachmentLog)
         attached.append((caller.uniqueName, layer))
+        // Its pages call as the launcher (its name and identity).
+        if let pageHandlers { await layer.serve(PageAPI(allowed: allowedOrigins, caller: caller, handlers: pageHandlers)) }
         await layer.start(onChange: changeHandler())
         guard await layer.connectIfAbsent() else {
             attached.removeAll { $0.layer === layer }
@@ -188,6 +210,25 @@ public final class BrowserPagesDriver: FeatureDriver, BrowserAttaching, @uncheck
         }
         for show in shows { await show.value }
         return false
+    }
+
+    // MARK: The page API (1.2)
+
+    package var servesPages: Bool { !allowedOrigins.isEmpty }
+
+    package func servePages(endpointCaller: BusCaller, _ handlers: PageHandlers) {
+        guard servesPages else { return }
+        pageHandlers = handlers
+        guard let endpointLayer else { return }
+        let api = PageAPI(allowed: allowedOrigins, caller: endpointCaller, handlers: handlers)
+        Task(executorPreference: loop) { await endpointLayer.serve(api) }
+    }
+
+    package func tellPages(_ event: PageEvent) {
+        let layers = [endpointLayer].compactMap { $0 } + attached.map { $0.layer }
+        Task(executorPreference: loop) {
+            for layer in layers { await layer.tell(event) }
+        }
     }
 
     package var record: JSON? { nil }

@@ -254,6 +254,25 @@ actor DevToolsClient {
         }
     }
 
+    /// Sends a command whose answer nobody waits for (an answer or event for
+    /// a page; resuming a tab). Dropped, not queued, while the outbox is half
+    /// full: what a flooding page is sent must not cost the connection.
+    func tell(_ method: String, _ params: [(String, JSON)] = [], session: String? = nil) {
+        guard failure == nil else { return }
+        let id = nextID
+        nextID += 1
+        if case .pipe = decoder, nextID >= Self.pipeIDCeiling { nextID = 1 }
+        var message: [(String, JSON)] = [("id", .number(String(id))), ("method", .string(method))]
+        message.append(("params", .object(params)))
+        if let session { message.append(("sessionId", .string(session))) }
+        let frame = decoder.frame(JSON.object(message).compactBytes())
+        guard outboxBytes + frame.count <= Self.outboxLimit / 2 else {
+            log.log(.warning, "browser layer: \(method) not sent: the browser is slow to read what the service sends")
+            return
+        }
+        send(frame)
+    }
+
     /// Closes the connection; pending commands fail. `onClose` is not called.
     func close() {
         finish(DevToolsFailure("closed by the service"), notify: false)

@@ -41,6 +41,9 @@ public enum GuidedAccessProperty: String, CaseIterable, Sendable {
     case version = "Version"
     /// (1.2) The session agent's user name; "" when none is registered.
     case agent = "Agent"
+    /// (1.2) The origin of the page that owns the session; "" for a bus
+    /// owner and while the owner is gone.
+    case sessionOwnerOrigin = "SessionOwnerOrigin"
 }
 
 /// The signals of `org.guidedaccess.GuidedAccess1`.

@@ -87,7 +87,10 @@ public struct AccessPolicy: Hashable, Sendable {
     /// Whether the lists (and the mode's rules) make the caller a client. An
     /// executable is compared as a file with what each listed path names in
     /// the service's namespace now, not by the path the caller shows.
+    /// (1.2) A page of the kiosk browser is a client: the driver lets
+    /// through only pages of `[Browser] AllowOrigins=`, the administrator's grant.
     public func isClient(_ caller: CallerIdentity) -> Bool {
+        if caller.origin != nil { return true }
         if isBuiltIn(caller, groupConfigured: clientsConfigured) { return true }
         return clientUIDs.contains(caller.uid)
             || !clientGIDs.isDisjoint(with: caller.gids)
@@ -100,7 +103,9 @@ public struct AccessPolicy: Hashable, Sendable {
     public var admitsByProcess: Bool { !clientExecutables.isEmpty || !clientUnits.isEmpty }
 
     /// Whether the lists (and the mode's rules) make the caller an operator.
+    /// (1.2) A page never is one.
     public func isOperator(_ caller: CallerIdentity) -> Bool {
+        if caller.origin != nil { return false }
         if isBuiltIn(caller, groupConfigured: operatorsConfigured) { return true }
         return operatorUIDs.contains(caller.uid) || !operatorGIDs.isDisjoint(with: caller.gids)
     }

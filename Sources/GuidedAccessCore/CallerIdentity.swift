@@ -12,8 +12,16 @@ public struct CallerIdentity: Hashable, Sendable {
     public var executable: Executable?
     /// The systemd unit of the process's cgroup, if any (nil like `executable`).
     public var systemdUnit: String?
+    /// (1.2) A page of the kiosk browser: its origin, as the browser reports
+    /// the document's execution context; the rest of the identity is the
+    /// launcher's that attached the browser. nil for a bus caller.
+    public var origin: String?
 
-    public init(uid: UInt32, gids: [UInt32] = [], pid: UInt32 = 0, executable: Executable? = nil, systemdUnit: String? = nil) {
+    public init(
+        uid: UInt32, gids: [UInt32] = [], pid: UInt32 = 0, executable: Executable? = nil, systemdUnit: String? = nil,
+        origin: String? = nil
+    ) {
+        self.origin = origin
         self.uid = uid
         self.gids = gids
         self.pid = pid
@@ -25,7 +33,7 @@ public struct CallerIdentity: Hashable, Sendable {
     public var executablePath: String? { executable?.path }
 
     /// The part of the identity that take-over compares, as the journal keeps it.
-    public var ownerIdentity: OwnerIdentity { OwnerIdentity(uid: uid, executablePath: executable?.path) }
+    public var ownerIdentity: OwnerIdentity { OwnerIdentity(uid: uid, executablePath: executable?.path, origin: origin) }
 }
 
 /// A file as the kernel knows it: one device and inode is one file, whatever
@@ -65,25 +73,36 @@ public struct Executable: Hashable, Sendable {
     public func isFile(at path: String) -> Bool { FileIdentity(atPath: path) == file }
 }
 
-/// A session owner's identity: its Unix user and its executable's path.
+/// A session owner's identity: its Unix user and its executable's path,
+/// and for a page of the kiosk browser its origin (the user and executable
+/// are then the launcher's).
 public struct OwnerIdentity: Hashable, Sendable, CustomStringConvertible {
     public var uid: UInt32
     public var executablePath: String?
+    /// (1.2) The owning page's origin; nil for a bus caller.
+    public var origin: String?
 
-    public init(uid: UInt32, executablePath: String?) {
+    public init(uid: UInt32, executablePath: String?, origin: String? = nil) {
         self.uid = uid
         self.executablePath = executablePath
+        self.origin = origin
     }
 
     /// Whether `caller` is the same user running the program at the owner's
     /// path — the file there in the service's namespace now, so an upgraded
     /// program still matches and another one mounted over the path in the
     /// caller's namespace does not. An executable that could not be read
-    /// matches nothing: sameness must be shown, not assumed.
+    /// matches nothing: sameness must be shown, not assumed. A page's
+    /// session is taken over only by a page of the same origin, a bus
+    /// caller's only by a bus caller.
     public func matches(_ caller: CallerIdentity) -> Bool {
-        guard let path = executablePath, let executable = caller.executable else { return false }
+        guard let path = executablePath, let executable = caller.executable, origin == caller.origin else { return false }
         return uid == caller.uid && executable.isFile(at: path)
     }
 
-    public var description: String { "uid \(uid) running \(executablePath ?? "an unknown executable")" }
+    public var description: String {
+        let program = "uid \(uid) running \(executablePath ?? "an unknown executable")"
+        guard let origin else { return program }
+        return "page \(origin) in the browser of \(program)"
+    }
 }

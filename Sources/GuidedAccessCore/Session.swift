@@ -21,13 +21,20 @@ public enum StoredValue: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// A caller as the bus names it: its unique name and its credentials.
+///
+/// (1.2) A page of the kiosk browser calls as its tab: `uniqueName` is
+/// the launcher's connection that attached the browser (the service's own
+/// for `DevToolsEndpoint`), `identity` the launcher's with the page's
+/// origin, `tab` the browser's target id of the tab.
 public struct BusCaller: Hashable, Sendable {
     public var uniqueName: String
     public var identity: CallerIdentity
+    public var tab: String?
 
-    public init(uniqueName: String, identity: CallerIdentity) {
+    public init(uniqueName: String, identity: CallerIdentity, tab: String? = nil) {
         self.uniqueName = uniqueName
         self.identity = identity
+        self.tab = tab
     }
 }
 
@@ -72,6 +79,10 @@ public enum SessionDecision: Hashable, Sendable {
 public struct Session: Hashable, Sendable {
     /// The owner's unique bus name; nil while the owner is gone.
     public var owner: String?
+    /// (1.2) The owning page's tab, when a page owns it (not journaled: a
+    /// page's session is ownerless after a restart of the service until a
+    /// page of its origin takes it over).
+    public var ownerTab: String?
     public var ownerIdentity: OwnerIdentity
     public var features: Set<Feature>
     public var zoomFactor: Double
@@ -89,6 +100,7 @@ public struct Session: Hashable, Sendable {
             owner: owner.uniqueName, ownerIdentity: owner.identity.ownerIdentity, features: options.features,
             zoomFactor: options.zoomFactor, textScale: options.textScale, inhibitSleep: options.inhibitSleep,
             deadlineUsec: Self.deadline(nowUsec: nowUsec, timeLimitSec: options.timeLimitSec))
+        ownerTab = owner.tab
     }
 
     /// Every field, as the journal stores them.
@@ -114,6 +126,10 @@ public struct Session: Hashable, Sendable {
     /// `SessionOwner`: "" while the owner is gone.
     public var ownerProperty: String { owner ?? "" }
 
+    /// (1.2) `SessionOwnerOrigin`: the owning page's origin; "" for a bus
+    /// owner and while the owner is gone.
+    public var ownerOriginProperty: String { owner == nil ? "" : ownerIdentity.origin ?? "" }
+
     /// The deadline for a time limit; 0 (none) for a limit of 0.
     public static func deadline(nowUsec: UInt64, timeLimitSec: UInt64) -> UInt64 {
         timeLimitSec == 0 ? 0 : nowUsec + timeLimitSec * 1_000_000
@@ -126,7 +142,7 @@ public struct Session: Hashable, Sendable {
     // MARK: Ownership
 
     public func role(of caller: BusCaller) -> SessionRole {
-        if let owner { return owner == caller.uniqueName ? .owner : .other }
+        if let owner { return owner == caller.uniqueName && ownerTab == caller.tab ? .owner : .other }
         return ownerIdentity.matches(caller.identity) ? .successor : .other
     }
 
@@ -136,11 +152,24 @@ public struct Session: Hashable, Sendable {
     public mutating func connectionLeft(_ uniqueName: String) -> Bool {
         guard owner == uniqueName else { return false }
         owner = nil
+        ownerTab = nil
+        return true
+    }
+
+    /// (1.2) The owning page is gone: its tab closed or left the owner's
+    /// origin (`tab`), or its browser's attachment ended (`tab` nil: every
+    /// tab of the launcher `uniqueName`). Returns whether that changed anything.
+    @discardableResult
+    public mutating func pageLeft(_ uniqueName: String, tab: String?) -> Bool {
+        guard owner == uniqueName, let ownerTab, tab == nil || tab == ownerTab else { return false }
+        owner = nil
+        self.ownerTab = nil
         return true
     }
 
     public mutating func takeOver(by caller: BusCaller) {
         owner = caller.uniqueName
+        ownerTab = caller.tab
     }
 
     /// The state and ownership checks of a session method, in the API's

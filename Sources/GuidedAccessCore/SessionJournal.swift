@@ -206,6 +206,8 @@ struct JournalRecord {
         var owner: String?
         var ownerUID: UInt32
         var ownerExecutable: String?
+        /// (1.2) The owning page's origin; absent for a bus owner.
+        var ownerOrigin: String?
         var features: [String]
         var zoomFactor: Double
         var textScale: Double
@@ -241,7 +243,7 @@ struct JournalRecord {
         session = state.session.map { s in
             SessionRecord(
                 owner: s.owner, ownerUID: s.ownerIdentity.uid, ownerExecutable: s.ownerIdentity.executablePath,
-                features: s.features.sortedWireNames, zoomFactor: s.zoomFactor, textScale: s.textScale,
+                ownerOrigin: s.ownerIdentity.origin, features: s.features.sortedWireNames, zoomFactor: s.zoomFactor, textScale: s.textScale,
                 inhibitSleep: s.inhibitSleep, deadlineUsec: s.deadlineUsec, ending: s.isEnding)
         }
         restrictions = state.restrictions.sorted { $0.identifier < $1.identifier }.map {
@@ -301,8 +303,13 @@ struct JournalRecord {
             if let path = s.ownerExecutable, !path.hasPrefix("/") || path.utf8.count > 4096 {
                 throw Invalid(reason: "the owner's executable is not an absolute path")
             }
+            if let origin = s.ownerOrigin, !BrowserOrigin.isValid(origin) {
+                throw Invalid(reason: "the owner's origin is not an origin")
+            }
             return Session(
-                owner: s.owner, ownerIdentity: OwnerIdentity(uid: s.ownerUID, executablePath: s.ownerExecutable),
+                // A page's tab is not journaled: its session comes back ownerless.
+                owner: s.ownerOrigin == nil ? s.owner : nil,
+                ownerIdentity: OwnerIdentity(uid: s.ownerUID, executablePath: s.ownerExecutable, origin: s.ownerOrigin),
                 features: features, zoomFactor: s.zoomFactor, textScale: s.textScale, inhibitSleep: s.inhibitSleep,
                 deadlineUsec: s.deadlineUsec, isEnding: s.ending)
         }
@@ -415,6 +422,7 @@ extension JournalRecord.SessionRecord {
         members.append(("inhibitSleep", .bool(inhibitSleep)))
         if let owner { members.append(("owner", .string(owner))) }
         if let ownerExecutable { members.append(("ownerExecutable", .string(ownerExecutable))) }
+        if let ownerOrigin { members.append(("ownerOrigin", .string(ownerOrigin))) }
         members.append(("ownerUID", .number(String(ownerUID))))
         members.append(("textScale", .number(String(textScale))))
         members.append(("zoomFactor", .number(String(zoomFactor))))
@@ -425,6 +433,7 @@ extension JournalRecord.SessionRecord {
         owner = try json.optionalString("owner")
         ownerUID = try json.integer("ownerUID")
         ownerExecutable = try json.optionalString("ownerExecutable")
+        ownerOrigin = try json.optionalString("ownerOrigin")
         features = try json.array("features").map { item throws(JournalRecord.Invalid) in
             guard case .string(let name) = item else { throw .init(reason: "a feature is not a string") }
             return name

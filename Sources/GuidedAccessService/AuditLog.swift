@@ -116,6 +116,8 @@ public struct AuditLog: Sendable {
             append("GUIDEDACCESS_CALLER_PID", String(caller.pid))
             append("GUIDEDACCESS_CALLER_EXE", caller.executablePath ?? "")
             append("GUIDEDACCESS_CALLER_UNIT", caller.systemdUnit ?? "")
+            // (1.2) A page of the kiosk browser; the caller is then its launcher.
+            if let origin = caller.origin { append("GUIDEDACCESS_ORIGIN", origin) }
         }
         for (name, value) in fields.sorted(by: { $0.key < $1.key }) { append("GUIDEDACCESS_" + name, value) }
         return datagram

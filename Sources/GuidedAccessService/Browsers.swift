@@ -14,7 +14,7 @@ extension GuidedAccessService {
                 message: "this service drives no browser")
         }
         let caller = try await identify(call)
-        try await admit(settings.policy.verdict(for: caller.identity, action: .startSession), caller, call)
+        try await admit(settings.policy.verdict(for: caller.identity, action: .startSession), caller, .bus(call))
         // The call's descriptor is the dispatcher's: the driver gets its own.
         guard let descriptor = browser.duplicate() else {
             throw GuidedAccessError.backendFailed("cannot take the browser's socket: the service has no file descriptor left")

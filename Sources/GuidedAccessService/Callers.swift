@@ -148,17 +148,59 @@ extension GuidedAccessService {
         }
     }
 
+    /// Who is calling: a bus caller as `identify` finds it; a page as the
+    /// browser layer found it (its launcher, its origin, its tab).
+    func identify(_ call: Requester) async throws(GuidedAccessError) -> BusCaller {
+        switch call {
+        case .bus(let call): try await identify(call)
+        case .page(let page): page
+        }
+    }
+
     /// Asks polkit when the lists did not admit the caller.
-    func admit(_ verdict: AccessVerdict, _ caller: BusCaller, _ call: MethodCall) async throws {
+    func admit(_ verdict: AccessVerdict, _ caller: BusCaller, _ call: Requester) async throws {
         guard case .askPolkit(let action) = verdict else { return }
-        try await settings.authority.authorize(
-            action: action, caller: caller, interactive: call.allowInteractiveAuthorization)
+        guard let polkitAction = PolkitAction(rawValue: action) else {
+            throw GuidedAccessError.notAuthorized("unknown polkit action \(action)")
+        }
+        try await authorize(polkitAction, caller, call)
+    }
+
+    /// Asks polkit for `action`. A page is never asked about: what
+    /// `[Browser] AllowOrigins=` grants is all it has.
+    func authorize(_ action: PolkitAction, _ caller: BusCaller, _ call: Requester) async throws {
+        switch call {
+        case .bus(let call):
+            try await settings.authority.authorize(
+                action: action.id, caller: caller, interactive: call.allowInteractiveAuthorization)
+        case .page:
+            throw GuidedAccessError.notAuthorized(
+                "the page \(caller.identity.origin ?? "") may not \(action.pageDescription): [Browser] AllowOrigins makes a page a client, never an operator (an operator ends it with guidedaccessctl end)")
+        }
     }
 
     /// Admits a client (RegisterRestrictions, UnregisterRestrictions).
-    func admitClient(_ call: MethodCall) async throws {
+    func admitClient(_ call: Requester) async throws {
         let caller = try await identify(call)
         try await admit(settings.policy.verdict(for: caller.identity, action: .startSession), caller, call)
+    }
+}
+
+/// Who a call comes from: the bus, or (1.2) a page of the kiosk browser
+/// (`PageCalls`).
+enum Requester {
+    case bus(MethodCall)
+    case page(BusCaller)
+}
+
+extension PolkitAction {
+    /// What a page would need an operator for, in a refusal.
+    var pageDescription: String {
+        switch self {
+        case .startSession: "start a session"
+        case .endSession: "end a session it does not own"
+        case .manageRestrictions: "change restriction states"
+        }
     }
 }
 

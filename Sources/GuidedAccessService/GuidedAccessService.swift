@@ -79,6 +79,10 @@ public actor GuidedAccessService {
     /// (1.2) The driver a launcher's browser is attached to (`AttachBrowser`);
     /// nil where none drives the browser's pages in the service itself.
     let browsers: (any BrowserAttaching)?
+    /// (1.2) The driver that serves the page API (`PageCalls`), if any.
+    let pages: (any PageServing)?
+    /// The features pages were last told of (`featureschange`).
+    var featuresToldPages: [String] = []
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
 
@@ -97,6 +101,7 @@ public actor GuidedAccessService {
         inhibitor = SleepInhibitor(systemBus: settings.systemBus, logger: logger)
         driversFollowReads = drivers.contains { $0.followsReads }
         browsers = drivers.lazy.compactMap { $0 as? any BrowserAttaching }.first
+        pages = drivers.lazy.compactMap { $0 as? any PageServing }.first
         store = SessionStore(journal: journal, drivers: drivers)
     }
 
@@ -108,6 +113,7 @@ public actor GuidedAccessService {
     public func start() async throws {
         await followConnectionAges()
         followAgents()
+        servePages()
         await startDrivers()
         try await recoverJournal()
         try await connection.export([interface()], at: GuidedAccessBus.objectPath)
@@ -186,32 +192,32 @@ public actor GuidedAccessService {
                     MethodArguments.options
                 ) { call, options in
                     let service = try on(service)
-                    try await service.audited(call) { try await service.startSession(call, options) }
+                    try await service.audited(call) { try await service.startSession(.bus(call), options) }
                 },
                 Method(GuidedAccessMethod.endSession.rawValue) { call in
                     let service = try on(service)
-                    try await service.audited(call) { try await service.endSessionCall(call) }
+                    try await service.audited(call) { try await service.endSessionCall(.bus(call)) }
                 },
                 Method(
                     GuidedAccessMethod.configureForSession.rawValue,
                     MethodArguments.features, MethodArguments.enabled
                 ) { call, features, enabled in
                     let service = try on(service)
-                    try await service.audited(call) { try await service.configureForSession(call, features, enabled) }
+                    try await service.audited(call) { try await service.configureForSession(.bus(call), features, enabled) }
                 },
                 Method(
                     GuidedAccessMethod.registerRestrictions.rawValue,
                     MethodArguments.restrictions
                 ) { call, batch in
                     let service = try on(service)
-                    try await service.audited(call) { try await service.registerRestrictions(call, batch) }
+                    try await service.audited(call) { try await service.registerRestrictions(.bus(call), batch) }
                 },
                 Method(
                     GuidedAccessMethod.unregisterRestrictions.rawValue,
                     MethodArguments.identifiers
                 ) { call, identifiers in
                     let service = try on(service)
-                    try await service.audited(call) { try await service.unregisterRestrictions(call, identifiers) }
+                    try await service.audited(call) { try await service.unregisterRestrictions(.bus(call), identifiers) }
                 },
                 Method(
                     GuidedAccessMethod.setRestrictionState.rawValue, MethodArguments.identifier, MethodArguments.state
@@ -245,6 +251,9 @@ public actor GuidedAccessService {
                 },
                 Property(GuidedAccessProperty.sessionOwner.rawValue, String.self) {
                     await service?.session?.ownerProperty ?? ""
+                },
+                Property(GuidedAccessProperty.sessionOwnerOrigin.rawValue, String.self) {
+                    await service?.session?.ownerOriginProperty ?? ""
                 },
                 Property(GuidedAccessProperty.sessionDeadline.rawValue, UInt64.self) {
                     await service?.session?.deadlineUsec ?? 0
@@ -293,6 +302,7 @@ public actor GuidedAccessService {
     /// what changed). Every change of the session comes through here.
     func announce() async {
         guard exported else { return }
+        tellPagesOfFeatures()
         await connection.propertiesChanged(path: GuidedAccessBus.objectPath, interface: GuidedAccessBus.interface)
     }
 
@@ -307,10 +317,12 @@ public actor GuidedAccessService {
     }
 
     func emitSessionChanged(active: Bool, _ reason: SessionChangeReason) async {
+        tellPages(.sessionChanged(active: active, reason: reason.rawValue))
         await emit(.sessionChanged, [.bool(active), .string(reason.rawValue)])
     }
 
     func emitRestrictionChanged(_ identifier: String, _ state: RestrictionState) async {
+        tellPages(.restrictionChanged(id: identifier, state: state.rawValue))
         await emit(.restrictionChanged, [.string(identifier), .string(state.rawValue)])
     }
 

@@ -93,7 +93,13 @@ enum InterfaceDocumentation {
         """,
         "SessionActive": "Whether a session is active.",
         "SessionOwner": """
-        The session owner's unique bus name; empty when there is no session or the owner has left the bus.
+        The session owner's unique bus name; empty when there is no session or the owner has left the bus. \
+        (1.2) For a session a page started (the page API), the unique name of the launcher that attached \
+        its browser (the service's own for DevToolsEndpoint); empty also once the owning tab is gone.
+        """,
+        "SessionOwnerOrigin": """
+        (1.2) The origin of the page whose tab owns the session (page API, [Browser] AllowOrigins); \
+        empty for a bus owner, outside a session and while the owner is gone.
         """,
         "SessionDeadline": """
         When the session's time limit ends it, in microseconds since the Unix epoch; 0 = no time limit.

@@ -4,7 +4,7 @@ import GuidedAccessCore
 /// RegisterRestrictions, UnregisterRestrictions, SetRestrictionState and
 /// GetRestrictionState.
 extension GuidedAccessService {
-    func registerRestrictions(_ call: MethodCall, _ batch: [RestrictionRegistration]) async throws {
+    func registerRestrictions(_ call: Requester, _ batch: [RestrictionRegistration]) async throws {
         var scratch = store.registry
         try scratch.register(batch)  // the whole batch is checked before anything else
         try await admitClient(call)
@@ -16,7 +16,7 @@ extension GuidedAccessService {
         logger.info("registered restrictions \(batch.map { $0.identifier })")
     }
 
-    func unregisterRestrictions(_ call: MethodCall, _ identifiers: [String]) async throws {
+    func unregisterRestrictions(_ call: Requester, _ identifiers: [String]) async throws {
         var scratch = store.registry
         try scratch.unregister(identifiers)
         try await admitClient(call)
@@ -30,7 +30,7 @@ extension GuidedAccessService {
         _ = try store.registry.state(of: identifier)
         let caller = try await identify(call)
         let generation = store.generation
-        try await admit(settings.policy.verdict(for: caller.identity, action: .manageRestrictions), caller, call)
+        try await admit(settings.policy.verdict(for: caller.identity, action: .manageRestrictions), caller, .bus(call))
 
         guard session != nil else {
             throw GuidedAccessError.notInSession("restriction states can change only inside a session")

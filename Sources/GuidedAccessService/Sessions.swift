@@ -7,11 +7,14 @@ import GuidedAccessWire
 extension GuidedAccessService {
     // MARK: Handlers
 
-    func startSession(_ call: MethodCall, _ raw: [String: Variant]) async throws {
-        let parameters = try Self.sessionParameters(raw, defaults: settings.defaults)
+    func startSession(_ call: Requester, _ raw: [String: Variant]) async throws {
+        try await startSession(call, try Self.sessionParameters(raw, defaults: settings.defaults), hasOptions: !raw.isEmpty)
+    }
+
+    func startSession(_ call: Requester, _ parameters: SessionParameters, hasOptions: Bool) async throws {
         await lookAgain(for: parameters.features)
         try store.support.require(parameters.features)
-        let method = SessionMethod.startSession(hasOptions: !raw.isEmpty)
+        let method = SessionMethod.startSession(hasOptions: hasOptions)
 
         let caller = try await identify(call)
         try await admit(settings.policy.admission(for: method, session: session, caller: caller), caller, call)
@@ -65,7 +68,7 @@ extension GuidedAccessService {
         if new.inhibitSleep { await inhibitor.acquire() }
     }
 
-    func configureForSession(_ call: MethodCall, _ names: [String], _ enabled: Bool) async throws {
+    func configureForSession(_ call: Requester, _ names: [String], _ enabled: Bool) async throws {
         let requested = try Self.requestedFeatures(names)
         if enabled {
             await lookAgain(for: requested)
@@ -119,7 +122,7 @@ extension GuidedAccessService {
         await announce()
     }
 
-    func endSessionCall(_ call: MethodCall) async throws {
+    func endSessionCall(_ call: Requester) async throws {
         let caller = try await identify(call)
         let generation = store.generation
         let admission = settings.policy.admission(for: .endSession, session: session, caller: caller)
@@ -131,8 +134,7 @@ extension GuidedAccessService {
         if admission == .admitted, !settings.policy.isOperator(caller.identity),
             (try? Session.decide(.endSession, session: session, caller: caller)) == .needsOperator
         {
-            try await settings.authority.authorize(
-                action: PolkitAction.endSession.id, caller: caller, interactive: call.allowInteractiveAuthorization)
+            try await authorize(.endSession, caller, call)
             operatorAsked = true
         } else {
             operatorAsked = admission != .admitted

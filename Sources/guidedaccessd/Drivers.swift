@@ -12,7 +12,7 @@ import SessionAgent
 enum Drivers {
     /// The configuration keys the drivers' modules own.
     static let configurationKeys: [DriverConfigurationKey] = [
-        Desktop.configurationKey, BrowserPagesDriver.configurationKey,
+        Desktop.configurationKey, BrowserPagesDriver.configurationKey, BrowserPagesDriver.originsKey,
     ]
 
     /// `[Service] Backend=`: where the settings keys go.
@@ -100,6 +100,7 @@ enum Drivers {
         drivers.append(
             BrowserPagesDriver(
                 endpoint: BrowserPagesDriver.configured(configuration.driverValue(group: "Browser", key: "DevToolsEndpoint")),
+                allowedOrigins: BrowserPagesDriver.origins(configuration.driverValue(group: "Browser", key: "AllowOrigins")),
                 loop: connection.loop, logger: logger))
         return drivers
     }
