@@ -19,6 +19,19 @@ import Testing
     var kiosk: CallerIdentity { CallerIdentity(uid: 1000, gids: [1000], executable: programs.executable("kiosk-browser")) }
     var stranger: CallerIdentity { CallerIdentity(uid: 1001, gids: [1001], executable: programs.executable("other")) }
 
+    @Test func aPageIsAClientNeverAnOperatorEvenInTheBrowserOfAnOperator() throws {
+        // (1.2) The service's own user, whom user mode makes an operator, running the launcher.
+        var page = kiosk
+        page.origin = "https://kiosk.example"
+        for mode in [ServiceMode.user, .system] {
+            let policy = try policy(mode, [("Clients", "AllowUsers", ""), ("Operators", "AllowUsers", "kiosk")])
+            #expect(policy.isOperator(kiosk) || mode == .user)
+            #expect(policy.isClient(page))
+            #expect(!policy.isOperator(page))
+            #expect(policy.verdict(for: page, action: .endSession) == .askPolkit(action: PolkitAction.endSession.id))
+        }
+    }
+
     @Test func inSystemModeRootIsAlwaysClientAndOperator() throws {
         let policy = try policy(.system, serviceUID: 0, [("Clients", "AllowUsers", ""), ("Operators", "AllowUsers", "")])
         #expect(policy.verdict(for: root, action: .startSession) == .admitted)

@@ -64,6 +64,29 @@ import Testing
         #expect(try journal.load() == sampleState)
     }
 
+    @Test func aPagesSessionKeepsItsOriginAndComesBackOwnerless() throws {
+        var state = sampleState
+        state.session?.ownerIdentity.origin = "https://kiosk.example"
+        state.session?.ownerTab = "6A0B9C"
+        try journal.record(state)
+        let loaded = try #require(try journal.load()?.session)
+        #expect(loaded.ownerIdentity == OwnerIdentity(uid: 1000, executablePath: "/usr/bin/kiosk", origin: "https://kiosk.example"))
+        // The tab is not journaled: a page of the origin takes it over.
+        #expect(loaded.owner == nil && loaded.ownerTab == nil)
+        #expect(try #require(directory.read("journal.json")).contains(#""ownerOrigin" : "https://kiosk.example""#))
+        // A bus owner's journal has no origin.
+        try journal.record(sampleState)
+        #expect(try journal.load() == sampleState)
+        #expect(try #require(directory.read("journal.json")).contains("ownerOrigin") == false)
+    }
+
+    @Test func anOwnerOriginThatIsNoOriginMakesTheJournalCorrupt() throws {
+        var state = sampleState
+        state.session?.ownerIdentity.origin = "file://"
+        try journal.record(state)
+        #expect(throws: JournalError.self) { try journal.load() }
+    }
+
     @Test func eachDriversRecordIsKeptUnderItsNameAndLoadsBack() throws {
         var state = sampleState
         state.drivers["session-programs"] = .object([("programs", .array([.object([("unit", .string("u"))])]))])

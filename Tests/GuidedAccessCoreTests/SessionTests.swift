@@ -47,6 +47,75 @@ import Testing
         }
     }
 
+    // MARK: (1.2) A page's tab as the owner
+
+    func page(_ origin: String, tab: String, launcher: String = ":1.20", uid: UInt32 = 1000, program: String = "launcher")
+        -> BusCaller
+    {
+        BusCaller(
+            uniqueName: launcher, identity: CallerIdentity(uid: uid, executable: programs.executable(program), origin: origin), tab: tab)
+    }
+
+    func pageSession(_ owner: BusCaller) throws -> Session {
+        Session(owner: owner, options: try SessionParameters(parsing: [:], defaults: SessionDefaults()), nowUsec: 0)
+    }
+
+    @Test func onlyTheOwningTabOwnsAPagesSession() throws {
+        let owner = page("https://kiosk.example", tab: "T1")
+        let session = try pageSession(owner)
+        #expect(session.ownerProperty == ":1.20" && session.ownerOriginProperty == "https://kiosk.example")
+        #expect(session.role(of: owner) == .owner)
+        // Another tab of the same browser, same origin: not the owner while the owner is there.
+        #expect(session.role(of: page("https://kiosk.example", tab: "T2")) == .other)
+        // The launcher itself, on the bus: not the owner either.
+        #expect(session.role(of: BusCaller(uniqueName: ":1.20", identity: owner.identity)) == .other)
+    }
+
+    @Test func aTabOfTheSameOriginAndLauncherIdentityTakesOverOnceTheOwningTabIsGone() throws {
+        var session = try pageSession(page("https://kiosk.example", tab: "T1"))
+        let otherTabClosed = session.pageLeft(":1.20", tab: "T2")
+        #expect(!otherTabClosed)  // another tab closing changes nothing
+        let ownerClosed = session.pageLeft(":1.20", tab: "T1")
+        #expect(ownerClosed)
+        #expect(session.ownerProperty == "" && session.ownerOriginProperty == "")
+        // A new tab, also of a new launcher (the browser restarted): the same origin and launcher program.
+        let successor = page("https://kiosk.example", tab: "T9", launcher: ":1.31")
+        #expect(try Session.decide(.configureForSession, session: session, caller: successor) == .takeOver)
+        #expect(session.role(of: page("https://other.example", tab: "T9", launcher: ":1.31")) == .other)
+        #expect(session.role(of: page("https://kiosk.example", tab: "T9", launcher: ":1.31", uid: 1001)) == .other)
+        #expect(session.role(of: page("https://kiosk.example", tab: "T9", launcher: ":1.31", program: "other")) == .other)
+        // A bus caller running the launcher's program: not a successor of a page.
+        #expect(session.role(of: BusCaller(uniqueName: ":1.40", identity: CallerIdentity(uid: 1000, executable: programs.executable("launcher")))) == .other)
+        session.takeOver(by: successor)
+        #expect(session.role(of: successor) == .owner && session.ownerProperty == ":1.31")
+    }
+
+    @Test func theBrowserGoingLeavesAPagesSessionOwnerless() throws {
+        var session = try pageSession(page("https://kiosk.example", tab: "T1"))
+        let otherBrowser = session.pageLeft(":1.99", tab: nil)
+        #expect(!otherBrowser)
+        let itsBrowser = session.pageLeft(":1.20", tab: nil)
+        #expect(itsBrowser)
+        #expect(session.owner == nil)
+        // A bus owner's session is not a page's: a browser going does not touch it.
+        var bus = try self.session()
+        let busOwners = bus.pageLeft(kiosk.uniqueName, tab: nil)
+        #expect(!busOwners)
+        #expect(bus.owner == kiosk.uniqueName)
+    }
+
+    @Test func originsAreExactAndNeverOpaque() {
+        for good in ["https://kiosk.example", "http://127.0.0.1:8080", "http://localhost:3000", "https://[::1]:8443"] {
+            #expect(BrowserOrigin.problem(good) == nil, "\(good)")
+        }
+        for bad in [
+            "file://", "data:text/html,x", "null", "", "https://kiosk.example/", "https://Kiosk.example", "http://host:80",
+            "https://host:443", "http://host:0", "http://host:99999", "ftp://host", "https://", "http://a b",
+        ] {
+            #expect(BrowserOrigin.problem(bad) != nil, "\(bad)")
+        }
+    }
+
     @Test func anotherIdentityCannotTakeOverAGoneOwner() throws {
         let session = try session(ownerGone: true)
         #expect(session.role(of: otherApp) == .other)
