@@ -239,6 +239,7 @@ def test_introspection_declares_the_api(ga_env, gad, rec):
         "RestrictionChanged": ("signal", "ss", "-"),
         "SessionActive": ("property", "b", "false"),
         "SessionOwner": ("property", "s", '""'),
+        "SessionOwnerOrigin": ("property", "s", '""'),
         "SessionDeadline": ("property", "t", "0"),
         "EnabledFeatures": ("property", "as", "0"),
         "SupportedFeatures": ("property", "as", "8"),  # busctl: count, then the items
