@@ -26,10 +26,8 @@ public struct PageAPI: Sendable {
     static let binding = "__guidedAccessBinding"
     /// Where the service's answers and events go in a page (`Runtime.evaluate`).
     static let receiver = "__guidedAccessReceive"
-    /// A page's calls waiting for their answers, at most (more: `LimitExceeded`).
-    static let outstandingLimit = 16
-    /// A call's JSON, at most (more: `InvalidArgs`).
-    static let callLimit = 64 << 10
+    static let outstandingLimit = PageCallLimits.outstanding
+    static let callLimit = PageCallLimits.callBytes
 
     /// Defines `guidedAccess` in a top-level document of an allowed origin
     /// (elsewhere it does nothing: the origins are in it only so that

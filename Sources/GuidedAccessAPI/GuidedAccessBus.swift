@@ -27,6 +27,12 @@ public enum GuidedAccessMethod: String, CaseIterable, Sendable {
     case registerAgent = "RegisterAgent"
     /// (1.2) The kiosk browser's launcher hands over its DevTools pipe.
     case attachBrowser = "AttachBrowser"
+    /// (1.2) The session agent hands on a call of a page of a browser it
+    /// drives (system mode; the agent only).
+    case pageCall = "PageCall"
+    /// (1.2) The session agent tells that a page that may own the session
+    /// is gone (system mode; the agent only).
+    case pageLeft = "PageLeft"
 }
 
 /// The properties of `org.guidedaccess.GuidedAccess1`.

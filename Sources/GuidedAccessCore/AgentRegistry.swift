@@ -7,6 +7,9 @@ package protocol AgentRegistry: AnyObject {
     /// The registered agent's user name; "" when none is.
     var agentUser: String { get }
 
+    /// The registered agent as a caller; nil when none is.
+    var agentCaller: BusCaller? { get }
+
     /// `RegisterAgent` by `caller`: admits it — it becomes the agent and is
     /// sent the current state — or throws `.notAuthorized` naming why not.
     nonisolated(nonsending) func register(_ caller: BusCaller) async throws(GuidedAccessError) -> AgentRegistration

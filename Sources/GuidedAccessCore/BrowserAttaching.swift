@@ -83,3 +83,11 @@ package enum PageEvent: Sendable {
         }
     }
 }
+
+/// (1.2) The page API's limits.
+package enum PageCallLimits {
+    /// A page's calls waiting for their answers, at most (more: `LimitExceeded`).
+    package static let outstanding = 16
+    /// A call's JSON, at most (more: `InvalidArgs`).
+    package static let callBytes = 64 << 10
+}

@@ -20,6 +20,8 @@ extension GuidedAccessService {
             throw GuidedAccessError.backendFailed("cannot take the browser's socket: the service has no file descriptor left")
         }
         let product = try await browsers.attach(caller, descriptor: descriptor)
+        // System mode: its pages' calls come through the agent, naming it.
+        if agents != nil { launchers.note(caller) }
         settings.audit.record(
             .browserAttached, caller: caller.identity, "browser \(product) attached by \(call.sender)",
             fields: ["BROWSER": product, "LAUNCHER": call.sender])

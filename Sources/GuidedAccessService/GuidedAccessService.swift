@@ -31,11 +31,16 @@ public actor GuidedAccessService {
         public var audit: AuditLog
         /// The settings backend's name, for the `Backend` property.
         public var backendName: String
+        /// (1.2) `[Browser] AllowOrigins=`: what the session agent may hand
+        /// on page calls of (system mode).
+        public var allowedOrigins: Set<String> = []
 
         public init(
             mode: ServiceMode, policy: AccessPolicy, defaults: SessionDefaults, authority: any Authority,
-            audit: AuditLog, backendName: String, systemBus: @escaping @Sendable () async -> Connection? = { nil }
+            audit: AuditLog, backendName: String, systemBus: @escaping @Sendable () async -> Connection? = { nil },
+            allowedOrigins: Set<String> = []
         ) {
+            self.allowedOrigins = allowedOrigins
             self.audit = audit
             self.mode = mode
             self.policy = policy
@@ -83,6 +88,9 @@ public actor GuidedAccessService {
     let pages: (any PageServing)?
     /// The features pages were last told of (`featureschange`).
     var featuresToldPages: [String] = []
+    /// (1.2, system mode) The launchers that attached a browser, whose
+    /// pages' calls the agent hands on naming them.
+    var launchers = Launchers()
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { connection.unownedExecutor }
 
@@ -243,6 +251,17 @@ public actor GuidedAccessService {
                 Method(GuidedAccessMethod.attachBrowser.rawValue, Argument("browser", UnixFD.self)) { call, browser in
                     let service = try on(service)
                     try await service.audited(call) { try await service.attachBrowser(call, browser) }
+                },
+                Method(
+                    GuidedAccessMethod.pageCall.rawValue, Argument("call", String.self), returns: Argument("answer", String.self)
+                ) { call, text in
+                    try await on(service).agentPageCall(call, text)
+                },
+                Method(
+                    GuidedAccessMethod.pageLeft.rawValue, Argument("launcher", String.self), Argument("tab", String.self),
+                    Argument("origin", String.self)
+                ) { call, launcher, tab, origin in
+                    try await on(service).agentPageLeft(call, launcher, tab, origin)
                 },
             ],
             properties: [

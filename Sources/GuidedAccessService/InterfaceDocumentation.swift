@@ -91,6 +91,19 @@ enum InterfaceDocumentation {
         not the session agent's user), org.freedesktop.DBus.Error.NotSupported (system mode without a \
         session agent).
         """,
+        "PageCall": """
+        (1.2, system mode; the registered session agent only) A call of window.guidedAccess in a page of \
+        a browser the agent drives, handed on as JSON {launcher, tab, origin, method, args}; the answer is \
+        the call's value as JSON, or its error. The origin must be in the service's own [Browser] \
+        AllowOrigins and the launcher one that attached a browser to this service (or the agent itself, \
+        for its DevToolsEndpoint): the page then calls as that launcher with its origin and tab, as in \
+        user mode. Errors: NotAuthorized (not the agent; an origin or launcher the service does not \
+        know), InvalidArgs, and the errors of the method the page called.
+        """,
+        "PageLeft": """
+        (1.2, system mode; the registered session agent only) A page that may own the session is gone: \
+        tab closed (origin empty) or went to origin; tab empty: the launcher's browser went.
+        """,
         "SessionActive": "Whether a session is active.",
         "SessionOwner": """
         The session owner's unique bus name; empty when there is no session or the owner has left the bus. \

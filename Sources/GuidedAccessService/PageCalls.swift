@@ -98,7 +98,7 @@ extension GuidedAccessService {
 
     /// An owning page is gone (its tab closed or left the owner's origin,
     /// or its browser went): the session goes on for a successor.
-    private func pageLeft(_ launcher: String, tab: String?, nowAt origin: String?) async {
+    func pageLeft(_ launcher: String, tab: String?, nowAt origin: String?) async {
         guard let session, session.owner == launcher, let ownerTab = session.ownerTab, tab == nil || tab == ownerTab else { return }
         // A reload, or a page of the same origin in that tab: still the owner.
         if tab != nil, let origin, origin == session.ownerIdentity.origin { return }
@@ -122,6 +122,80 @@ extension GuidedAccessService {
         featuresToldPages = now
         tellPages(.featuresChanged(now))
     }
+}
+
+// MARK: System mode: the pages of the session agent's browsers
+
+extension GuidedAccessService {
+    /// `PageCall(s call) → s answer`: the session agent hands on a call of
+    /// a page of a browser it drives, as JSON `{launcher, tab, origin,
+    /// method, args}`; the answer is the call's value as JSON, or the
+    /// call's error. Only the registered agent may call it; the origin
+    /// must be one of the service's own `[Browser] AllowOrigins=`, and the
+    /// launcher one that attached a browser here (or the agent itself, for
+    /// its `DevToolsEndpoint`): the agent says which page calls, the
+    /// service decides who that is.
+    func agentPageCall(_ call: MethodCall, _ text: String) async throws -> String {
+        let agent = try requireAgent(call)
+        guard text.utf8.count <= PageCallLimits.callBytes + 4096, let json = try? JSON.parse(Array(text.utf8)),
+            case .string(let launcher)? = json["launcher"], case .string(let tab)? = json["tab"],
+            case .string(let origin)? = json["origin"], case .string(let method)? = json["method"],
+            case .array(let arguments)? = json["args"]
+        else {
+            throw GuidedAccessError.invalidArgs("PageCall takes {launcher, tab, origin, method, args} as JSON")
+        }
+        let caller = try pageCaller(launcher: launcher, tab: tab, origin: origin, agent: agent)
+        switch await pageCall(PageCall(caller: caller, method: method, arguments: arguments)) {
+        case .success(let value): return String(decoding: value.compactBytes(), as: UTF8.self)
+        case .failure(let error): throw error
+        }
+    }
+
+    /// `PageLeft(s launcher, s tab, s origin)`: a tab closed (`origin` ""),
+    /// went to `origin`, or the browser went (`tab` "").
+    func agentPageLeft(_ call: MethodCall, _ launcher: String, _ tab: String, _ origin: String) async throws {
+        _ = try requireAgent(call)
+        await pageLeft(launcher, tab: tab.isEmpty ? nil : tab, nowAt: origin.isEmpty ? nil : origin)
+    }
+
+    private func requireAgent(_ call: MethodCall) throws(GuidedAccessError) -> BusCaller {
+        guard let agent = agents?.agentCaller, agent.uniqueName == call.sender else {
+            throw .notAuthorized("only the registered session agent hands on the calls of pages (\(call.sender) is not it)")
+        }
+        return agent
+    }
+
+    private func pageCaller(launcher: String, tab: String, origin: String, agent: BusCaller) throws(GuidedAccessError) -> BusCaller {
+        guard settings.allowedOrigins.contains(origin) else {
+            throw .notAuthorized("the origin \(bounded(origin)) is not in the service's [Browser] AllowOrigins")
+        }
+        guard !tab.isEmpty, tab.utf8.count <= 64 else { throw .invalidArgs("the page's tab is not a target id") }
+        var caller: BusCaller
+        if launcher == agent.uniqueName {
+            caller = agent
+        } else if let attached = launchers[launcher] {
+            caller = attached
+        } else {
+            throw .notAuthorized("\(bounded(launcher)) attached no browser to this service")
+        }
+        caller.identity.origin = origin
+        caller.tab = tab
+        return caller
+    }
+}
+
+/// (1.2, system mode) The launchers that attached a browser, by unique
+/// name: at most 16, the oldest forgotten first (the agent drives at most 8).
+struct Launchers {
+    private var entries: [BusCaller] = []
+
+    mutating func note(_ caller: BusCaller) {
+        entries.removeAll { $0.uniqueName == caller.uniqueName }
+        entries.append(caller)
+        if entries.count > 16 { entries.removeFirst(entries.count - 16) }
+    }
+
+    subscript(name: String) -> BusCaller? { entries.last { $0.uniqueName == name } }
 }
 
 /// A page's arguments (JSON, as the page passed them), checked as the

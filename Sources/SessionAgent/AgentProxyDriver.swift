@@ -110,6 +110,8 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, BrowserAttach
     /// together: a client that sees the agent finds its features.
     package var agentUser: String { view == nil ? "" : agent?.user ?? "" }
 
+    package var agentCaller: BusCaller? { agent?.caller }
+
     package func follow(_ handler: @escaping (AgentChange) -> Void) {
         followers.append(handler)
     }

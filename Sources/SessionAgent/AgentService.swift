@@ -85,7 +85,100 @@ public actor AgentService {
                     Task(executorPreference: loop) { await self.somethingChanged(serviceOwner: newOwner) }
                 })
         }
+        await servePages()
         await register()
+    }
+
+    // MARK: The page API (1.2)
+
+    /// Where the session's browser driver serves `window.guidedAccess`
+    /// (`[Browser] AllowOrigins=`): its pages' calls are handed on to the
+    /// service (`PageCall`), which decides who calls and answers; what the
+    /// service announces is told to the pages.
+    private func servePages() async {
+        guard let pages = store.drivers.lazy.compactMap({ $0 as? any PageServing }).first, pages.servesPages else { return }
+        let loop = connection.loop
+        pages.servePages(
+            endpointCaller: BusCaller(uniqueName: connection.uniqueName, identity: CallerIdentity(uid: getuid())),
+            PageHandlers(
+                call: { [self] call in await handOn(call) },
+                left: { [self] launcher, tab, origin in
+                    Task(executorPreference: loop) { await self.handOnLeft(launcher, tab, origin) }
+                }))
+        let interface = GuidedAccessBus.interface, path = GuidedAccessBus.objectPath
+        let rules = [
+            MatchRule(sender: GuidedAccessBus.name, path: path, interface: interface, member: GuidedAccessSignal.sessionChanged.rawValue),
+            MatchRule(sender: GuidedAccessBus.name, path: path, interface: interface, member: GuidedAccessSignal.restrictionChanged.rawValue),
+            MatchRule(sender: GuidedAccessBus.name, path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged"),
+        ]
+        for rule in rules {
+            do {
+                watches.append(
+                    try await connection.subscribe(rule) { [self] message in
+                        guard let event = Self.pageEvent(message) else { return }
+                        Task(executorPreference: loop) { await self.tellPages(event) }
+                    })
+            } catch {
+                logger.error("cannot follow the service's signals for the pages: \(error)")
+            }
+        }
+    }
+
+    private func tellPages(_ event: PageEvent) {
+        store.drivers.lazy.compactMap({ $0 as? any PageServing }).first?.tellPages(event)
+    }
+
+    /// What pages hear of a signal of the service.
+    private static func pageEvent(_ message: Message) -> PageEvent? {
+        guard let arguments = try? message.arguments() else { return nil }
+        switch message.member {
+        case GuidedAccessSignal.sessionChanged.rawValue:
+            guard arguments.count == 2, case .bool(let active) = arguments[0], case .string(let reason) = arguments[1] else { return nil }
+            return .sessionChanged(active: active, reason: reason)
+        case GuidedAccessSignal.restrictionChanged.rawValue:
+            guard arguments.count == 2, case .string(let id) = arguments[0], case .string(let state) = arguments[1] else { return nil }
+            return .restrictionChanged(id: id, state: state)
+        case "PropertiesChanged":
+            guard arguments.count == 3, case .dictionary(_, _, let changed) = arguments[1] else { return nil }
+            for entry in changed {
+                guard case .string(GuidedAccessProperty.enabledFeatures.rawValue) = entry.key, case .variant(let inner) = entry.value,
+                    case .array(_, let items) = inner
+                else { continue }
+                return .featuresChanged(items.compactMap { if case .string(let s) = $0 { s } else { nil } })
+            }
+            return nil
+        default:
+            return nil
+        }
+    }
+
+    private func handOn(_ call: PageCall) async -> Result<JSON, GuidedAccessError> {
+        let text = JSON.object([
+            ("launcher", .string(call.caller.uniqueName)), ("tab", .string(call.caller.tab ?? "")),
+            ("origin", .string(call.caller.identity.origin ?? "")), ("method", .string(call.method)),
+            ("args", .array(call.arguments)),
+        ]).compactBytes()
+        do {
+            let reply = try await connection.call(
+                destination: GuidedAccessBus.name, path: GuidedAccessBus.objectPath, interface: GuidedAccessBus.interface,
+                member: GuidedAccessMethod.pageCall.rawValue, [.string(String(decoding: text, as: UTF8.self))])
+            guard case .string(let answer)? = reply.first, let value = try? JSON.parse(Array(answer.utf8)) else {
+                return .failure(.backendFailed("the service's answer is not JSON"))
+            }
+            return .success(value)
+        } catch {
+            return .failure(GuidedAccessError(dbusErrorName: error.name, message: error.message))
+        }
+    }
+
+    private func handOnLeft(_ launcher: String, _ tab: String?, _ origin: String?) async {
+        do {
+            _ = try await connection.call(
+                destination: GuidedAccessBus.name, path: GuidedAccessBus.objectPath, interface: GuidedAccessBus.interface,
+                member: GuidedAccessMethod.pageLeft.rawValue, [.string(launcher), .string(tab ?? ""), .string(origin ?? "")])
+        } catch {
+            logger.info("cannot tell the service that a page is gone: \(error)")
+        }
     }
 
     // MARK: Registration

@@ -12,6 +12,7 @@ import CLinux
 import DBus
 import Glibc
 import GuidedAccessCore
+import BrowserLayer
 import GuidedAccessService
 import KeyFile
 import Logging
@@ -224,7 +225,8 @@ func serve(
                 audit: AuditLog(
                     socketPath: environment("GUIDEDACCESS_JOURNAL_SOCKET") ?? "/run/systemd/journal/socket",
                     logger: logger),
-                backendName: backendName, systemBus: { await systemBus.connection() }),
+                backendName: backendName, systemBus: { await systemBus.connection() },
+                allowedOrigins: Set(BrowserPagesDriver.origins(configuration.driverValue(group: "Browser", key: "AllowOrigins")))),
             logger: logger)
         try await service.start()
         let reply = try await connection.requestName(GuidedAccessBus.name)

@@ -234,6 +234,8 @@ def test_introspection_declares_the_api(ga_env, gad, rec):
         "GetRestrictionState": ("method", "s", "s"),
         "ListRestrictions": ("method", "-", "a(ssss)"),
         "RegisterAgent": ("method", "-", "-"),
+        "PageCall": ("method", "s", "s"),
+        "PageLeft": ("method", "sss", "-"),
         "AttachBrowser": ("method", "h", "-"),
         "SessionChanged": ("signal", "bs", "-"),
         "RestrictionChanged": ("signal", "ss", "-"),
