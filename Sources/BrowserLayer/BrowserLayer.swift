@@ -585,13 +585,21 @@ extension BrowserLayer {
             "Page.addScriptToEvaluateOnNewDocument", [("source", .string(api.script))], session: session,
             timeout: Self.commandTimeout)
         pages[session]?.apiInstalled = true
-        // A document loaded before the browser was attached.
-        if let top = pages[session]?.top, api.allowed.contains(top.origin) {
-            tell(
-                client, "Runtime.evaluate",
-                [("expression", .string(api.script)), ("contextId", .number(String(top.id))), ("silent", .bool(true))],
-                session: session)
-        }
+        // A document of an allowed origin whose scripts ran before any
+        // service put the API in (the browser loaded it before its launcher
+        // had attached it): loaded again, so that `guidedAccess` is there
+        // before its scripts, as in every other document. One a service
+        // before this one served has it, and is left as it is.
+        guard let top = pages[session]?.top, api.allowed.contains(top.origin) else { return }
+        let served = try await client.call(
+            "Runtime.evaluate",
+            [
+                ("expression", .string("Object.prototype.hasOwnProperty.call(window, \"guidedAccess\")")),
+                ("contextId", .number(String(top.id))), ("returnByValue", .bool(true)),
+            ], session: session, timeout: Self.commandTimeout)
+        guard served["result"]?["value"] == .bool(false), pages[session]?.top?.id == top.id else { return }
+        log.log(.info, "browser layer: page \(pages[session]?.targetID ?? "?") (\(top.origin)) was loaded before the page API was in it: loading it again")
+        tell(client, "Page.reload", session: session)
     }
 
     /// The contexts of attached pages, and calls of the binding.

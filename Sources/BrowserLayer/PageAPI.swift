@@ -32,10 +32,9 @@ public struct PageAPI: Sendable {
     /// Defines `guidedAccess` in a top-level document of an allowed origin
     /// (elsewhere it does nothing: the origins are in it only so that
     /// others see `undefined`; what the service checks is the browser's
-    /// record). Run before the page's scripts in each new document, and in
-    /// a document already loaded when the browser was attached (then
-    /// `guidedaccessready` tells the page it is there). Twice in one
-    /// document: the second does nothing.
+    /// record). Run before the page's scripts in each new document (a
+    /// document loaded before the browser was attached is loaded again).
+    /// Twice in one document: the second does nothing.
     static func script(allowed: Set<String>) -> String {
         let origins = String(decoding: JSON.array(allowed.sorted().map(JSON.string)).compactBytes(), as: UTF8.self)
         return """
@@ -76,7 +75,6 @@ public struct PageAPI: Sendable {
               else p.resolve(m.result === null ? undefined : m.result);
             }});
             Object.defineProperty(window, "guidedAccess", {value: api, enumerable: true});
-            window.dispatchEvent(new Event("guidedaccessready"));
             })()
             """
     }
