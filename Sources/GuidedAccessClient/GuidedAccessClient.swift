@@ -165,7 +165,8 @@ public final class GuidedAccessClient: Sendable {
             backend: try value(.backend, ""),
             desktop: try value(.desktop, ""),
             version: try value(.version, ""),
-            agent: try value(.agent, ""))
+            agent: try value(.agent, ""),
+            sessionOwnerOrigin: try value(.sessionOwnerOrigin, ""))
     }
 
     // MARK: Restrictions

@@ -57,6 +57,10 @@ public struct GuidedAccessStatus: Sendable, Hashable {
     /// service; empty when none is, in user mode (where the service is its
     /// own agent), and from a service older than 1.2.
     public var agent: String = ""
+    /// (1.2) The origin of the kiosk browser's page that owns the session
+    /// (the page API); empty for a bus owner, while the owner is gone, and
+    /// from a service older than 1.2.
+    public var sessionOwnerOrigin: String = ""
 }
 
 /// A signal of the service, in the order the service sent it.

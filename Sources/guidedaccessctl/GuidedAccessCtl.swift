@@ -184,6 +184,7 @@ struct GuidedAccessCtl: AsyncParsableCommand {
 struct StatusJSON: Encodable {
     var sessionActive: Bool
     var sessionOwner: String
+    var sessionOwnerOrigin: String
     var sessionDeadline: UInt64
     var enabledFeatures: [String]
     var supportedFeatures: [String]
@@ -209,7 +210,7 @@ struct Status: AsyncParsableCommand {
             let data = try encoder.encode(
                 StatusJSON(
                     sessionActive: status.sessionActive, sessionOwner: status.sessionOwner,
-                    sessionDeadline: status.sessionDeadline, enabledFeatures: status.enabledFeatures,
+                    sessionOwnerOrigin: status.sessionOwnerOrigin, sessionDeadline: status.sessionDeadline, enabledFeatures: status.enabledFeatures,
                     supportedFeatures: status.supportedFeatures, backend: status.backend, desktop: status.desktop,
                     agent: status.agent, version: status.version))
             printLine(String(decoding: data, as: UTF8.self))
@@ -217,7 +218,12 @@ struct Status: AsyncParsableCommand {
         }
         var session = status.sessionActive ? "active" : "inactive"
         if status.sessionActive {
-            session += status.sessionOwner.isEmpty ? " (owner gone)" : " (owner \(status.sessionOwner))"
+            session +=
+                status.sessionOwner.isEmpty
+                ? " (owner gone)"
+                : status.sessionOwnerOrigin.isEmpty
+                    ? " (owner \(status.sessionOwner))"
+                    : " (owner: the page \(status.sessionOwnerOrigin) in the browser of \(status.sessionOwner))"
         }
         var deadline = "none"
         if status.sessionDeadline > 0 {

@@ -49,6 +49,7 @@ def test_status_json(ga_env, gad):
     s = status(ga_env)
     assert s["sessionActive"] is False
     assert s["sessionOwner"] == ""
+    assert s["sessionOwnerOrigin"] == ""
     assert s["sessionDeadline"] == 0
     assert s["enabledFeatures"] == []
     assert "zoom" in s["supportedFeatures"]
