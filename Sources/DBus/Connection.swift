@@ -35,6 +35,8 @@ public actor Connection {
     nonisolated let ownsLoop: Bool
     nonisolated let handle: UnsafeHandle
     nonisolated let integration: MainLoopIntegration
+    /// What the message filter holds: this connection, weakly (see `deinit`).
+    nonisolated let filterTarget = FilterTarget()
     let logger: Logger
 
     /// By the path's text: an incoming call's path, which libdbus has
@@ -132,31 +134,58 @@ public actor Connection {
     }
 
     private static let filterFunction: DBusHandleMessageFunction = { _, message, data in
-        let connection = Unmanaged<Connection>.fromOpaque(data!).takeUnretainedValue()
+        let message = Message(retaining: message!)
+        // Descriptors a message carries are closed by libdbus when it is
+        // freed, on this thread, whatever the message is: none may linger.
+        if dbus_message_contains_unix_fds(message.raw) != 0 { message.defuseDescriptors() }
+        // A strong reference for the call, or none at all: the last
+        // reference to a connection may go on any thread while its loop
+        // dispatches (its Disconnected, say), and one whose deinit has begun
+        // handles nothing more (its teardown follows on the loop).
+        guard let connection = Unmanaged<FilterTarget>.fromOpaque(data!).takeUnretainedValue().connection else {
+            return DBUS_HANDLER_RESULT_HANDLED
+        }
         // Filters run inside dbus_connection_dispatch, which only the loop
         // thread calls: we are on this actor's executor.
-        let message = Message(retaining: message!)
         return connection.assumeIsolated { $0.filter(message) }
     }
 
     private func start() {
-        // Unretained: the filter is removed in deinit, before we are gone.
-        let context = Unmanaged.passUnretained(self).toOpaque()
-        dbus_connection_add_filter(raw, Connection.filterFunction, context, nil)
+        filterTarget.connection = self
+        // libdbus holds the target until the filter is removed (in the
+        // teardown) or the connection is freed.
+        let context = Unmanaged.passRetained(filterTarget).toOpaque()
+        dbus_connection_add_filter(
+            raw, Connection.filterFunction, context, { Unmanaged<FilterTarget>.fromOpaque($0!).release() })
         filterInstalled = true
         integration.install()
     }
 
+    /// Runs wherever the last reference went: on another thread while the
+    /// loop is inside `dbus_connection_dispatch` for this connection (its
+    /// Disconnected, say), or on the loop inside our own filter. So nothing
+    /// here touches libdbus: removing a filter, or the watch and
+    /// dispatch-status functions, is not safe against a dispatch on another
+    /// thread (libdbus frees their data at once, while the dispatcher calls
+    /// them with the function and data it read before). The teardown is the
+    /// loop's own, as a work item after the one at hand, and takes only what
+    /// outlives us. (A shared loop its owner stopped before we went never
+    /// runs it: the connection then stays open until the process exits.)
     deinit {
-        if filterInstalled {
-            dbus_connection_remove_filter(handle.pointer, Connection.filterFunction, Unmanaged.passUnretained(self).toOpaque())
-            integration.uninstall()
+        let handle = handle, integration = integration, loop = loop, ownsLoop = ownsLoop
+        let target = filterInstalled ? filterTarget : nil
+        loop.execute {
+            if let target {
+                let filter = Unmanaged.passUnretained(target).toOpaque()
+                dbus_connection_remove_filter(handle.pointer, Connection.filterFunction, filter)
+                integration.uninstall()
+            }
+            dbus_connection_close(handle.pointer)
+            dbus_connection_unref(handle.pointer)
+            // A loop thread of our own would otherwise outlive us (and keep a
+            // process whose main thread has exited alive).
+            if ownsLoop { loop.stop() }
         }
-        dbus_connection_close(handle.pointer)
-        dbus_connection_unref(handle.pointer)
-        // A loop thread of our own would otherwise outlive us (and keep a
-        // process whose main thread has exited alive).
-        if ownsLoop { loop.stop() }
     }
 
     /// Closes the connection; `Disconnected` handling then runs as if the
@@ -185,9 +214,6 @@ public actor Connection {
     // MARK: Incoming messages
 
     private func filter(_ message: Message) -> DBusHandlerResult {
-        // Descriptors a message carries are closed by libdbus when it is
-        // freed, on this thread, whatever the message is: none may linger.
-        if dbus_message_contains_unix_fds(message.raw) != 0 { message.defuseDescriptors() }
         switch message.kind {
         case .signal:
             if message.isSignal("org.freedesktop.DBus.Local", "Disconnected") {
@@ -309,6 +335,14 @@ public actor Connection {
         try message.append(arguments)
         try send(message)
     }
+}
+
+/// The message filter's user data: a weak reference, which a dispatch on
+/// the loop turns into a strong one for the length of the call, or into
+/// nil once the connection's deinit has begun (on whatever thread).
+final class FilterTarget: @unchecked Sendable {
+    /// Set once, in `start`, before libdbus can call the filter.
+    weak var connection: Connection?
 }
 
 /// Holds the continuation of one call until libdbus reports its reply;

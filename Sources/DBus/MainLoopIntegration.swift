@@ -109,7 +109,10 @@ final class MainLoopIntegration: @unchecked Sendable {
         }
     }
 
-    /// Removes the functions (and with them every watch and timeout).
+    /// Removes the functions (and with them every watch and timeout). Only
+    /// on the loop's thread, outside a dispatch: libdbus calls the
+    /// dispatch-status function with the data it read under its lock after
+    /// releasing it, and frees the data replaced here at once.
     func uninstall() {
         let raw = connection.pointer
         dbus_connection_set_watch_functions(raw, nil, nil, nil, nil, nil)

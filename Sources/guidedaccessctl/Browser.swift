@@ -71,12 +71,9 @@ struct BrowserLauncher: AsyncParsableCommand {
         let appeared = Alarm()
         let watch = Task { await watchForService(bus, appeared) }
         defer { watch.cancel() }
-        // One connection for every attempt, kept for the launcher's life
-        // (and one that the bus dropped kept too): a Connection let go of
-        // while its loop still dispatches its Disconnected is used after
-        // it is freed (a crash seen in the DBus layer, not yet fixed there).
+        // One connection for every attempt while the bus keeps it; a new
+        // one once it dropped it.
         var client: GuidedAccessClient?
-        var dropped: [GuidedAccessClient] = []
         while !Task.isCancelled {
             if wait {
                 await appeared.wait(atMost: delay)
@@ -96,10 +93,7 @@ struct BrowserLauncher: AsyncParsableCommand {
             }
             let attached: Result<Void, GuidedAccessError>
             do throws(GuidedAccessError) {
-                if let old = client, await !old.connection.isConnected {
-                    dropped.append(old)
-                    client = nil
-                }
+                if let old = client, await !old.connection.isConnected { client = nil }
                 let current: GuidedAccessClient
                 if let client {
                     current = client
