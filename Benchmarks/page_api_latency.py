@@ -113,7 +113,11 @@ def main():
              "--no-first-run", f"--user-data-dir={profile}", origin + "/"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env.env,
             start_new_session=True)
+        # A page loaded before the browser was attached says so, and is
+        # loaded again with the API in it.
         figures = results.get(timeout=120)
+        if figures.get("error") == "no guidedAccess":
+            figures = results.get(timeout=120)
         if "error" in figures:
             sys.exit(f"page_api_latency: the page says {figures['error']}")
         print(f"page API, {rounds} rounds each, release guidedaccessd, headless {origin}:")

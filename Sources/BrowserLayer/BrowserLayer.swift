@@ -67,6 +67,9 @@ public actor BrowserLayer {
     /// (1.2) The page API, when origins are allowed: then the layer stays
     /// attached to every page, session or not.
     private var api: PageAPI?
+    /// Refused page API calls, logged apart: a page that floods them must
+    /// not take the log lines of the browser's faults.
+    private let refusals: PeerLog
 
     static let firstBackoff: Duration = .milliseconds(100)
 
@@ -117,11 +120,22 @@ public actor BrowserLayer {
         var work: Task<Void, Never>?
         /// (1.2) A new tab the browser holds until the page API is in it.
         var waiting = false
-        /// The page API's binding and document script are in the page.
+        /// The page API's document script is in the page.
         var apiInstalled = false
+        /// The Runtime domain (execution contexts, the binding) is on in the
+        /// page: only while its top document may be of an allowed origin.
+        var runtimeOn = false
+        /// The top document of an allowed origin needs the Runtime domain on
+        /// again (the tab came back from another origin).
+        var runtimeWanted = false
         /// The tab's top document now: its execution context (main world)
         /// and origin, as the browser reports them.
         var top: (id: Int, origin: String)?
+        /// The top document's URL, as the browser last reported it
+        /// (`Page.frameNavigated`): a document the tab was only given (the
+        /// empty one `window.open('')` makes, with its opener's origin) has
+        /// none of the origin's.
+        var documentURL = ""
         /// The page's calls not answered yet.
         var outstanding = 0
     }
@@ -144,6 +158,7 @@ public actor BrowserLayer {
         self.source = .endpoint(endpoint)
         self.loop = loop
         self.log = PeerLog(logger)
+        refusals = PeerLog(logger)
     }
 
     /// A layer over `descriptor` (which it now owns), the service's end of
@@ -155,6 +170,7 @@ public actor BrowserLayer {
         self.descriptor = descriptor
         self.loop = loop
         self.log = log
+        refusals = PeerLog(log.logger)
     }
 
     deinit {
@@ -448,6 +464,9 @@ public actor BrowserLayer {
         let look = self.look
         do throws(DevToolsFailure) {
             if let api, !page.apiInstalled { try await install(api, in: session, client) }
+            if let api, page.apiInstalled, page.runtimeWanted, !page.runtimeOn {
+                try await enableRuntime(api, in: session, client)
+            }
             if page.known, page.shown == look {
                 try await resume(session, client)
                 return
@@ -469,56 +488,71 @@ public actor BrowserLayer {
         _ = try await client.call("Runtime.runIfWaitingForDebugger", session: session, timeout: Self.commandTimeout)
     }
 
+    /// The page's commands go out back to back, and are then awaited in
+    /// order: the browser runs a session's commands in the order sent, so
+    /// one round trip, not one per command, stands between a change and the
+    /// page showing it.
     private func show(_ look: BrowserLook?, in session: String, _ page: Page, _ client: DevToolsClient) async throws(DevToolsFailure) {
         let known = page.known, before = page.shown
         let sheet = look?.styleSheet
-        do {
-            if sheet != nil, pages[session]?.pageEnabled != true {
-                // Document scripts run only with the Page domain on.
-                _ = try await client.call("Page.enable", session: session, timeout: Self.commandTimeout)
-                pages[session]?.pageEnabled = true
-            }
-            let media = (look?.mediaFeatures ?? []).map { JSON.object([("name", .string($0.name)), ("value", .string($0.value))]) }
-            let mediaBefore = (before?.mediaFeatures ?? []).map { $0.name + ":" + $0.value }
-            if !known || mediaBefore != (look?.mediaFeatures ?? []).map({ $0.name + ":" + $0.value }) {
-                _ = try await client.call(
-                    "Emulation.setEmulatedMedia", [("media", .string("")), ("features", .array(media))], session: session,
-                    timeout: Self.commandTimeout)
-            }
-            let deficiency = look?.visionDeficiency ?? "none"
-            if !known || (before?.visionDeficiency ?? "none") != deficiency {
-                _ = try await client.call(
-                    "Emulation.setEmulatedVisionDeficiency", [("type", .string(deficiency))], session: session,
-                    timeout: Self.commandTimeout)
-            }
-            if !known || before?.styleSheet != sheet {
-                if let old = pages[session]?.scriptID {
-                    _ = try await client.call(
-                        "Page.removeScriptToEvaluateOnNewDocument", [("identifier", .string(old))], session: session,
-                        timeout: Self.commandTimeout)
-                    pages[session]?.scriptID = nil
-                }
-                let script = PageScript.applying(sheet)
-                if sheet != nil {
-                    let added = try await client.call(
-                        "Page.addScriptToEvaluateOnNewDocument", [("source", .string(script))], session: session,
-                        timeout: Self.commandTimeout)
-                    pages[session]?.scriptID = added["identifier"]?.string
-                }
-                // The document there now. It may be between documents (the
-                // next one gets the document script): not an error.
+        var sent: [(command: Task<Result<JSON, DevToolsFailure>, Never>, tolerated: Bool)] = []
+        func send(_ method: String, _ params: [(String, JSON)] = [], tolerated: Bool = false) {
+            let loop = self.loop
+            sent.append((Task(executorPreference: loop) { () -> Result<JSON, DevToolsFailure> in
                 do throws(DevToolsFailure) {
-                    _ = try await client.call(
-                        "Runtime.evaluate", [("expression", .string(script)), ("silent", .bool(true))], session: session,
-                        timeout: Self.commandTimeout)
+                    return .success(try await client.call(method, params, session: session, timeout: Self.commandTimeout))
                 } catch {
-                    guard pages[session] != nil, self.client === client else { throw error }
+                    return .failure(error)
+                }
+            }, tolerated))
+        }
+        var enabling: Int?
+        if sheet != nil, pages[session]?.pageEnabled != true {
+            // Document scripts run only with the Page domain on.
+            enabling = sent.count
+            send("Page.enable")
+        }
+        let media = (look?.mediaFeatures ?? []).map { JSON.object([("name", .string($0.name)), ("value", .string($0.value))]) }
+        let mediaBefore = (before?.mediaFeatures ?? []).map { $0.name + ":" + $0.value }
+        if !known || mediaBefore != (look?.mediaFeatures ?? []).map({ $0.name + ":" + $0.value }) {
+            send("Emulation.setEmulatedMedia", [("media", .string("")), ("features", .array(media))])
+        }
+        let deficiency = look?.visionDeficiency ?? "none"
+        if !known || (before?.visionDeficiency ?? "none") != deficiency {
+            send("Emulation.setEmulatedVisionDeficiency", [("type", .string(deficiency))])
+        }
+        var adding: Int?
+        if !known || before?.styleSheet != sheet {
+            if let old = pages[session]?.scriptID {
+                send("Page.removeScriptToEvaluateOnNewDocument", [("identifier", .string(old))])
+                pages[session]?.scriptID = nil
+            }
+            let script = PageScript.applying(sheet)
+            if sheet != nil {
+                adding = sent.count
+                send("Page.addScriptToEvaluateOnNewDocument", [("source", .string(script))])
+            }
+            // The document there now. It may be between documents (the
+            // next one gets the document script): not an error.
+            send("Runtime.evaluate", [("expression", .string(script)), ("silent", .bool(true))], tolerated: true)
+        }
+        var failure: DevToolsFailure?
+        for (index, command) in sent.enumerated() {
+            switch await command.command.value {
+            case .success(let result):
+                if index == enabling { pages[session]?.pageEnabled = true }
+                if index == adding { pages[session]?.scriptID = result["identifier"]?.string }
+            case .failure(let error):
+                if command.tolerated, pages[session] != nil, self.client === client {
                     log.log(.debug, "browser layer: page \(page.targetID): the current document did not take the style: \(error)")
+                } else if failure == nil {
+                    failure = error
                 }
             }
-            pages[session]?.known = true
-            pages[session]?.shown = look
         }
+        if let failure { throw failure }
+        pages[session]?.known = true
+        pages[session]?.shown = look
     }
 
     private func detach(_ session: String, _ client: DevToolsClient) {
@@ -559,7 +593,7 @@ public actor BrowserLayer {
             let page = pages.removeValue(forKey: session)
             if let api, let page { api.handlers.left(api.caller.uniqueName, page.targetID, nil) }
         case "Runtime.executionContextCreated", "Runtime.executionContextDestroyed", "Runtime.executionContextsCleared",
-            "Runtime.bindingCalled":
+            "Runtime.bindingCalled", "Page.frameNavigated":
             pageAPIEvent(event)
         default:
             break  // Page events of attached pages: nothing to do.
@@ -570,27 +604,44 @@ public actor BrowserLayer {
 // MARK: - The page API (1.2)
 
 extension BrowserLayer {
-    /// Puts the page API in page `session`: the binding, the document
-    /// script for its next documents, and the script in the document
-    /// there now if it is of an allowed origin.
+    /// Puts the page API in page `session`: the document script for its
+    /// next documents, and the Runtime domain with the binding.
     private func install(_ api: PageAPI, in session: String, _ client: DevToolsClient) async throws(DevToolsFailure) {
-        // Reports the contexts there are (`pageAPIEvent` keeps the top one).
-        _ = try await client.call("Runtime.enable", session: session, timeout: Self.commandTimeout)
-        _ = try await client.call("Runtime.addBinding", [("name", .string(PageAPI.binding))], session: session, timeout: Self.commandTimeout)
         if pages[session]?.pageEnabled == false {
+            // Document scripts run only with the Page domain on; it also
+            // tells where the tab goes (`Page.frameNavigated`).
             _ = try await client.call("Page.enable", session: session, timeout: Self.commandTimeout)
             pages[session]?.pageEnabled = true
         }
+        let tree = try await client.call("Page.getFrameTree", session: session, timeout: Self.commandTimeout)
+        if let url = tree["frameTree"]?["frame"]?["url"]?.string { pages[session]?.documentURL = url }
         _ = try await client.call(
             "Page.addScriptToEvaluateOnNewDocument", [("source", .string(api.script))], session: session,
             timeout: Self.commandTimeout)
         pages[session]?.apiInstalled = true
-        // A document of an allowed origin whose scripts ran before any
-        // service put the API in (the browser loaded it before its launcher
-        // had attached it): loaded again, so that `guidedAccess` is there
-        // before its scripts, as in every other document. One a service
-        // before this one served has it, and is left as it is.
-        guard let top = pages[session]?.top, api.allowed.contains(top.origin) else { return }
+        try await enableRuntime(api, in: session, client)
+    }
+
+    /// The Runtime domain and the binding, in a page whose top document
+    /// may be of an allowed origin (`pageAPIEvent` turns it off in one that
+    /// is not, whose contexts and console then cost the service nothing).
+    ///
+    /// A document of an allowed origin whose scripts ran without the API
+    /// (the browser loaded it before its launcher had attached it, or the
+    /// tab came back from another origin) is loaded again, so that
+    /// `guidedAccess` is there before its scripts, as in every other
+    /// document. One a service before this one served has it, and is left
+    /// as it is.
+    private func enableRuntime(_ api: PageAPI, in session: String, _ client: DevToolsClient) async throws(DevToolsFailure) {
+        pages[session]?.runtimeWanted = false
+        pages[session]?.runtimeOn = true
+        // Reports the contexts there are (`pageAPIEvent` keeps the top one).
+        _ = try await client.call("Runtime.enable", session: session, timeout: Self.commandTimeout)
+        // Its top document is another origin's (turned off again as it was
+        // reported): no binding there, which Chromium would put in it anyway.
+        guard pages[session]?.runtimeOn == true else { return }
+        _ = try await client.call("Runtime.addBinding", [("name", .string(PageAPI.binding))], session: session, timeout: Self.commandTimeout)
+        guard let page = pages[session], page.runtimeOn, let top = page.top, serves(page, api) else { return }
         let served = try await client.call(
             "Runtime.evaluate",
             [
@@ -598,8 +649,16 @@ extension BrowserLayer {
                 ("contextId", .number(String(top.id))), ("returnByValue", .bool(true)),
             ], session: session, timeout: Self.commandTimeout)
         guard served["result"]?["value"] == .bool(false), pages[session]?.top?.id == top.id else { return }
-        log.log(.info, "browser layer: page \(pages[session]?.targetID ?? "?") (\(top.origin)) was loaded before the page API was in it: loading it again")
+        log.log(.info, "browser layer: page \(page.targetID) (\(top.origin)) was loaded without the page API in it: loading it again")
         tell(client, "Page.reload", session: session)
+    }
+
+    /// Whether the page's top document is one the page API serves: its
+    /// origin, as the browser reports its main world, is allowed, and it
+    /// was loaded from there (not an empty document given that origin).
+    private func serves(_ page: Page, _ api: PageAPI) -> Bool {
+        guard let top = page.top, api.allowed.contains(top.origin) else { return false }
+        return page.documentURL.hasPrefix(top.origin + "/")
     }
 
     /// The contexts of attached pages, and calls of the binding.
@@ -615,6 +674,13 @@ extension BrowserLayer {
             let origin = context["origin"]?.string ?? ""
             pages[session]?.top = (id, origin)
             api.handlers.left(api.caller.uniqueName, page.targetID, origin)
+            // Another origin's document (not a tab's first empty one): no
+            // contexts, binding or console from it until the tab comes back.
+            if !api.allowed.contains(origin), !origin.isEmpty, origin != "null", page.runtimeOn, let client {
+                pages[session]?.runtimeOn = false
+                pages[session]?.top = nil
+                tell(client, "Runtime.disable", session: session)
+            }
         case "Runtime.executionContextDestroyed":
             if case .number(let idText)? = event.params["executionContextId"], Int(idText) == page.top?.id {
                 pages[session]?.top = nil
@@ -624,6 +690,14 @@ extension BrowserLayer {
         case "Runtime.bindingCalled":
             guard event.params["name"]?.string == PageAPI.binding else { return }
             called(api, session, page, event.params)
+        case "Page.frameNavigated":
+            guard let frame = event.params["frame"], frame["parentId"] == nil, let url = frame["url"]?.string else { return }
+            pages[session]?.documentURL = url
+            // Back at an allowed origin: the Runtime domain on again.
+            if !page.runtimeOn, page.apiInstalled, let origin = frame["securityOrigin"]?.string, api.allowed.contains(origin) {
+                pages[session]?.runtimeWanted = true
+                _ = update(session)
+            }
         default:
             break
         }
@@ -636,12 +710,14 @@ extension BrowserLayer {
         guard let client, case .number(let contextText)? = params["executionContextId"], let context = Int(contextText),
             case .string(let payload)? = params["payload"]
         else { return }
-        guard let top = page.top, top.id == context, api.allowed.contains(top.origin) else {
+        guard let top = page.top, top.id == context, serves(page, api) else {
             let why =
-                page.top?.id == context
-                ? "its origin \(bounded(page.top?.origin ?? "", 80)) is not in [Browser] AllowOrigins"
-                : "not from the tab's top document (an iframe, another world, or a document gone)"
-            log.log(.warning, "browser layer: page API call in page \(page.targetID) refused: \(why)")
+                page.top?.id != context
+                ? "not from the tab's top document (an iframe, another world, or a document gone)"
+                : api.allowed.contains(page.top?.origin ?? "")
+                    ? "the document was not loaded from its origin (\(bounded(page.documentURL, 80)))"
+                    : "its origin \(bounded(page.top?.origin ?? "", 80)) is not in [Browser] AllowOrigins"
+            refusals.log(.warning, "browser layer: page API call in page \(page.targetID) refused: \(why)")
             return
         }
         func answer(_ id: String, _ result: Result<JSON, GuidedAccessError>) {
@@ -731,7 +807,7 @@ extension BrowserLayer {
         let (type, detail) = event.dom
         let expression = PageAPI.delivery(.object([("event", .string(type)), ("detail", detail)]))
         for (session, page) in pages {
-            guard let top = page.top, api.allowed.contains(top.origin) else { continue }
+            guard let top = page.top, serves(page, api) else { continue }
             tell(
                 client, "Runtime.evaluate",
                 [("expression", .string(expression)), ("contextId", .number(String(top.id))), ("silent", .bool(true))],

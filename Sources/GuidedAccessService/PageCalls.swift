@@ -153,8 +153,14 @@ extension GuidedAccessService {
 
     /// `PageLeft(s launcher, s tab, s origin)`: a tab closed (`origin` ""),
     /// went to `origin`, or the browser went (`tab` "").
+    ///
+    /// A launcher's browser going is not taken from the agent: the service
+    /// sees the launcher leave the bus itself, and a process of the agent's
+    /// user must not drop a page's ownership by naming its launcher. A tab
+    /// it must name, which the bus never shows.
     func agentPageLeft(_ call: MethodCall, _ launcher: String, _ tab: String, _ origin: String) async throws {
-        _ = try requireAgent(call)
+        let agent = try requireAgent(call)
+        guard !tab.isEmpty || launcher == agent.uniqueName else { return }
         await pageLeft(launcher, tab: tab.isEmpty ? nil : tab, nowAt: origin.isEmpty ? nil : origin)
     }
 
@@ -173,7 +179,9 @@ extension GuidedAccessService {
         var caller: BusCaller
         if launcher == agent.uniqueName {
             caller = agent
-        } else if let attached = launchers[launcher] {
+        } else if let attached = launchers[launcher], attached.identity.uid == agent.identity.uid {
+            // A launcher of the agent's user (AttachBrowser passes on only
+            // those): never another user's, whose identity this would borrow.
             caller = attached
         } else {
             throw .notAuthorized("\(bounded(launcher)) attached no browser to this service")
