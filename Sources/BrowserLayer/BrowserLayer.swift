@@ -586,6 +586,7 @@ public actor BrowserLayer {
             }
             var page = Page(targetID: bounded(info["targetId"]?.string ?? "?", 40))
             page.waiting = waiting
+            page.documentURL = info["url"]?.string ?? ""
             pages[session] = page
             _ = update(session)
         case "Target.detachedFromTarget":
@@ -593,7 +594,7 @@ public actor BrowserLayer {
             let page = pages.removeValue(forKey: session)
             if let api, let page { api.handlers.left(api.caller.uniqueName, page.targetID, nil) }
         case "Runtime.executionContextCreated", "Runtime.executionContextDestroyed", "Runtime.executionContextsCleared",
-            "Runtime.bindingCalled", "Page.frameNavigated":
+            "Runtime.bindingCalled", "Page.frameStartedNavigating", "Page.frameNavigated", "Page.frameStoppedLoading":
             pageAPIEvent(event)
         default:
             break  // Page events of attached pages: nothing to do.
@@ -614,12 +615,29 @@ extension BrowserLayer {
             pages[session]?.pageEnabled = true
         }
         let tree = try await client.call("Page.getFrameTree", session: session, timeout: Self.commandTimeout)
-        if let url = tree["frameTree"]?["frame"]?["url"]?.string { pages[session]?.documentURL = url }
+        if let url = tree["frameTree"]?["frame"]?["url"]?.string, !url.isEmpty { pages[session]?.documentURL = url }
         _ = try await client.call(
             "Page.addScriptToEvaluateOnNewDocument", [("source", .string(api.script))], session: session,
             timeout: Self.commandTimeout)
         pages[session]?.apiInstalled = true
+        // Only a tab at an allowed origin now: one that is not, or not yet
+        // (a new tab, held, before its first navigation), turns it on when
+        // it starts to navigate there (`Page.frameStartedNavigating`). A
+        // page of another origin never runs with it on: its scripts could
+        // otherwise fill the browser's queue to the service with binding
+        // calls and console messages before it was turned off again.
+        guard let origin = Self.origin(of: pages[session]?.documentURL ?? ""), api.allowed.contains(origin) else { return }
         try await enableRuntime(api, in: session, client)
+    }
+
+    /// `scheme://host[:port]` of an http(s) URL; nil for any other (an
+    /// empty tab's, `about:blank`, `data:`).
+    static func origin(of url: String) -> String? {
+        let scheme = url.hasPrefix("https://") ? 8 : url.hasPrefix("http://") ? 7 : 0
+        guard scheme > 0 else { return nil }
+        let rest = url.dropFirst(scheme)
+        let host = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        return String(url.prefix(scheme)) + host.lowercased()
     }
 
     /// The Runtime domain and the binding, in a page whose top document
@@ -690,14 +708,39 @@ extension BrowserLayer {
         case "Runtime.bindingCalled":
             guard event.params["name"]?.string == PageAPI.binding else { return }
             called(api, session, page, event.params)
+        case "Page.frameStartedNavigating":
+            // The tab is going somewhere: the Runtime domain on or off before
+            // the document there runs its first script.
+            guard event.params["frameId"]?.string == page.targetID, let url = event.params["url"]?.string,
+                page.apiInstalled
+            else { return }
+            let allowed = Self.origin(of: url).map(api.allowed.contains) ?? false
+            if allowed, !page.runtimeOn {
+                pages[session]?.runtimeWanted = true
+                _ = update(session)
+            } else if !allowed, page.runtimeOn, let client, !url.hasPrefix("javascript:") {
+                pages[session]?.runtimeOn = false
+                pages[session]?.runtimeWanted = false
+                pages[session]?.top = nil
+                tell(client, "Runtime.disable", session: session)
+            }
         case "Page.frameNavigated":
             guard let frame = event.params["frame"], frame["parentId"] == nil, let url = frame["url"]?.string else { return }
             pages[session]?.documentURL = url
-            // Back at an allowed origin: the Runtime domain on again.
+            // At an allowed origin (a navigation that did not start as
+            // `frameStartedNavigating` said): the Runtime domain on again.
             if !page.runtimeOn, page.apiInstalled, let origin = frame["securityOrigin"]?.string, api.allowed.contains(origin) {
                 pages[session]?.runtimeWanted = true
                 _ = update(session)
             }
+        case "Page.frameStoppedLoading":
+            // A navigation away that did not happen (cancelled, failed): the
+            // document still there is of an allowed origin.
+            guard event.params["frameId"]?.string == page.targetID, !page.runtimeOn, page.apiInstalled,
+                let origin = Self.origin(of: page.documentURL), api.allowed.contains(origin)
+            else { return }
+            pages[session]?.runtimeWanted = true
+            _ = update(session)
         default:
             break
         }
