@@ -30,6 +30,24 @@ change: it has no DevTools connection of its own.
    browser driver drives the page: StartSession (invert-colors) by root →
    invert, EndSession → none.
 4. System mode, `[Browser] DevToolsEndpoint=` through the agent.
+
+The page API (1.2) in steps 1 and 3: there the page is PAGE_URL, served on
+127.0.0.1:8088 by python3's http.server (PAGE_SERVER, a transient unit of
+tester's), its origin ORIGIN in `[Browser] AllowOrigins=` (step 1: tester's
+~/.config/guidedaccess/guidedaccess.conf before the launcher activates the
+unit; step 3: user_session.BROWSER_KIOSK_CONFIG, read by the system service
+and the agent when they start). After the gdbus/guidedaccessctl session, the
+test creates go-start in the served directory; the page (polling for it)
+finds `typeof guidedAccess === 'object'` and calls startSession with an
+unknown option (InvalidArgs naming it), startSession({features:
+['invert-colors']}), configureForSession(['teleport'], true) (UnknownFeature)
+and getState(); it gets `sessionchange` {active: true} and inverts; the
+service's SessionOwnerOrigin (busctl --user / --system) is ORIGIN and
+SessionOwner the launcher's unique name; go-end: endSession() resolves,
+`sessionchange` {active: false}, SessionOwnerOrigin "", a second
+endSession() → NotInSession. The page reports each call's outcome (the
+error's `name` and `message`) and each event by POSTing JSON to its own
+server, which appends it to RESULTS; the test reads that file.
 The figures are printed (-s) and in the run's summary.
 """
 
@@ -54,6 +72,14 @@ USER_CONFIG = f"{HOME}/.config/guidedaccess/guidedaccess.conf"
 DROP_INS = f"{HOME}/.config/systemd/user/{SERVICE}.d"
 BROWSER_ATTACHED = "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a5c"
 INVERT = "{'features': <['invert-colors']>}"
+# The page API (1.2): the page served over HTTP on 127.0.0.1 (PAGE_SERVER, as
+# tester), its origin in [Browser] AllowOrigins= (tests 1 and 3).
+ORIGIN = us.BROWSER_KIOSK_PAGE_ORIGIN  # "http://127.0.0.1:8088", in system mode's configuration too
+PAGE_PORT = int(ORIGIN.rsplit(":", 1)[1])
+WWW = f"{HOME}/www"
+PAGE_URL = f"{ORIGIN}/page.html"
+RESULTS = f"{HOME}/page-results.jsonl"
+PAGE_SERVER_UNIT = "guidedaccess-test-page-server.service"
 
 # The page: its root's filter and zoom, logged with the time whenever they change.
 PAGE = """\
@@ -69,7 +95,80 @@ function look() {
 }
 look();
 setInterval(look, 50);
+
+// The page API, served over HTTP only: every observation POSTed as JSON to
+// the page's own server (PAGE_SERVER), numbered in the page's order. The
+// test opens gates by creating files the page polls for (go-start, go-end).
+let seq = 0, listening = false;
+function report(kind, data) {
+  const body = JSON.stringify(Object.assign({seq: seq++, kind, time: Date.now()}, data));
+  console.log("guidedaccess-api " + body);
+  return fetch("/result", {method: "POST", headers: {"Content-Type": "application/json"}, body}).catch(() => {});
+}
+function listen() {
+  if (listening || typeof guidedAccess !== "object") return;
+  listening = true;
+  for (const type of ["sessionchange", "featureschange", "restrictionchange"])
+    guidedAccess.addEventListener(type, (e) => report("event", {type, detail: e.detail}));
+}
+async function outcome(method, f) {
+  try {
+    const value = await f();
+    await report("call", {method, ok: true, value: value === undefined ? null : value});
+  }
+  catch (e) { await report("call", {method, ok: false, name: e.name, message: e.message}); }
+}
+async function gate(name) {
+  for (;;) {
+    try { if ((await fetch(name, {cache: "no-store"})).ok) return; } catch (e) {}
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+async function drive() {
+  await report("loaded", {type: typeof guidedAccess, origin: location.origin});
+  listen();
+  await gate("go-start");
+  listen();
+  await report("go", {type: typeof guidedAccess, origin: location.origin,
+                      members: typeof guidedAccess === "object" ? Object.keys(guidedAccess).sort() : null});
+  if (typeof guidedAccess !== "object") return;
+  await outcome("startSession(bad key)",
+                () => guidedAccess.startSession({features: ["invert-colors"], teleport: true}));
+  await outcome("startSession", () => guidedAccess.startSession({features: ["invert-colors"]}));
+  await outcome("configureForSession(teleport)", () => guidedAccess.configureForSession(["teleport"], true));
+  await outcome("getState", () => guidedAccess.getState());
+  await report("started", {});
+  await gate("go-end");
+  await outcome("endSession", () => guidedAccess.endSession());
+  await outcome("endSession(again)", () => guidedAccess.endSession());
+  await report("ended", {});
+}
+if (location.protocol === "http:") drive();
 </script></body></html>
+"""
+
+# The page's server: python's http.server for the files of WWW, and POST
+# appends the request's body (one JSON object) as a line to RESULTS.
+PAGE_SERVER = """\
+import http.server, sys
+port, results = int(sys.argv[1]), sys.argv[2]
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with open(results, "ab") as f:
+            f.write(body.replace(b"\\n", b" ") + b"\\n")
+        self.send_response(204)
+        self.end_headers()
+
+    def end_headers(self):
+        self.send_header("Cache-Control", "no-store")
+        super().end_headers()
+
+    def log_message(self, *args):
+        pass
+
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
 # [1234:1234:1127/195646.043753:INFO:CONSOLE:7] "guidedaccess-test 1764273406043 filter=none zoom=1", source: …
 _LOGGED = re.compile(r':INFO:CONSOLE[^\]]*\] "guidedaccess-test (\d+) filter=(.*?) zoom=(\S+)", source:')
@@ -83,13 +182,13 @@ def fact(name, value):
 # --- the browser ------------------------------------------------------------------
 
 
-def chromium(profile, *extra):
+def chromium(profile, *extra, url=URL):
     """Chromium's command line: headless, its console on stderr."""
     return ["chromium", "--headless=new", "--no-sandbox", "--enable-logging=stderr", "--v=0",
-            f"--user-data-dir={HOME}/{profile}", *extra, URL]
+            f"--user-data-dir={HOME}/{profile}", *extra, url]
 
 
-def start_browser(ct, unit, argv):
+def start_browser(ct, unit, argv, url=URL):
     """ARGV as tester's transient unit UNIT, stdout and stderr in
     ~/UNIT.log; returns once the page has logged its first look (Chromium
     runs and has loaded it). Returns the log's path."""
@@ -99,7 +198,7 @@ def start_browser(ct, unit, argv):
     ct.run(["systemd-run", "--user", "-q", f"--unit={unit}", f"--description=kiosk browser for tests ({unit})",
             "-p", f"StandardOutput=truncate:{log}", "-p", f"StandardError=truncate:{log}", "--", *argv],
            user=KIOSK_USER)
-    wait_look(ct, log, "none", 0, f"Chromium ({unit}) to load {URL}", timeout=30)
+    wait_look(ct, log, "none", 0, f"Chromium ({unit}) to load {url}", timeout=30)
     fact(f"{unit}: start → the page's first console line", f"{time.monotonic() - started:.2f} s")
     return log
 
@@ -165,6 +264,107 @@ def audit_records(ct, user=None):
     return [{k: r.get(k) for k in keep} for r in map(json.loads, out.splitlines())]
 
 
+# --- the page API: the page's server, what the page reported ----------------------
+
+
+def start_page_server(ct):
+    """PAGE at PAGE_URL: PAGE_SERVER as tester's transient unit (python3's
+    http.server in WWW), RESULTS emptied. Returns once it listens."""
+    ct.sh(f"mkdir -p {WWW} && rm -f {WWW}/go-* {RESULTS} && cat > {WWW}/page.html", user=KIOSK_USER, input=PAGE)
+    ct.sh(f"cat > {HOME}/page_server.py", user=KIOSK_USER, input=PAGE_SERVER)
+    ct.run(["systemd-run", "--user", "-q", f"--unit={PAGE_SERVER_UNIT}", "--description=the kiosk page's server",
+            "-p", f"WorkingDirectory={WWW}", "--", "python3", f"{HOME}/page_server.py", str(PAGE_PORT), RESULTS],
+           user=KIOSK_USER)
+    us.wait_for(lambda: [line for line in tcp_listeners(ct) if f"127.0.0.1:{PAGE_PORT} " in line],
+                f"the page's server on 127.0.0.1:{PAGE_PORT}", timeout=10)
+
+
+def page_results(ct):
+    """What the page POSTed, in the page's order (its `seq`)."""
+    text = ct.run(["cat", RESULTS], check=False).stdout
+    return sorted((json.loads(line) for line in text.splitlines() if line.strip()), key=lambda r: r["seq"])
+
+
+def wait_result(ct, log, what, predicate, timeout=10.0):
+    """The first of the page's reports for which PREDICATE holds; fails with
+    what the page reported and its console lines."""
+    try:
+        return us.wait_for(lambda: next((r for r in page_results(ct) if predicate(r)), None), what,
+                           timeout=timeout, interval=0.05)
+    except TimeoutError as error:
+        api = [line for line in browser_log(ct, log).splitlines() if "guidedaccess-api" in line or "ERROR" in line]
+        raise AssertionError(f"{error}; the page reported {page_results(ct)}; its console:\n" +
+                             "\n".join(api[-40:]))
+
+
+def page_api(ct, log, get_property, launcher, mode):
+    """The page (PAGE_URL, its origin ORIGIN in AllowOrigins) uses
+    `guidedAccess` once the test opens its gates: startSession with an
+    unknown option → InvalidArgs naming it; startSession({features:
+    ['invert-colors']}) → resolves, `sessionchange` {active: true}, the page
+    inverted, SessionOwnerOrigin ORIGIN and SessionOwner LAUNCHER (through
+    GET_PROPERTY(name) → value); configureForSession(['teleport'], true) →
+    UnknownFeature; getState; endSession() → resolves, `sessionchange`
+    {active: false}, SessionOwnerOrigin ""; endSession() again →
+    NotInSession. Returns the figures."""
+    loaded = wait_result(ct, log, "the page's `loaded` report", lambda r: r["kind"] == "loaded")
+    since = len(looks(ct, log))
+    ct.run(["touch", f"{WWW}/go-start"], user=KIOSK_USER)
+    go = wait_result(ct, log, "the page's `go` report", lambda r: r["kind"] == "go")
+    assert (go["type"], go["origin"]) == ("object", ORIGIN), (loaded, go)
+    assert go["members"] == ["configureForSession", "endSession", "getState", "registerRestrictions",
+                             "restrictionState", "startSession", "unregisterRestrictions"], go
+    fact(f"{mode}, page API: typeof guidedAccess at load / at the gate",
+         f"{loaded['type']} / {go['type']} (a page loaded before the attachment is loaded again, with the API)")
+    wait_result(ct, log, "the page's `started` report", lambda r: r["kind"] == "started")
+    calls = {r["method"]: r for r in page_results(ct) if r["kind"] == "call"}
+    bad = calls["startSession(bad key)"]
+    assert (bad["ok"], bad["name"]) == (False, "InvalidArgs") and "teleport" in bad["message"], bad
+    start = calls["startSession"]
+    assert (start["ok"], start["value"]) == (True, None), start
+    teleport = calls["configureForSession(teleport)"]
+    assert (teleport["ok"], teleport["name"]) == (False, "UnknownFeature"), teleport
+    fact(f"{mode}, page API: configureForSession(['teleport'], true)", f"{teleport['name']}: {teleport['message']}")
+    state = calls["getState"]
+    assert state["ok"] and state["value"]["sessionActive"] is True, state
+    assert state["value"]["enabledFeatures"] == ["invert-colors"], state
+    active = wait_result(ct, log, "sessionchange {active: true}", lambda r: r["kind"] == "event"
+                         and r["seq"] > go["seq"] and r["type"] == "sessionchange" and r["detail"]["active"] is True)
+    inverted = wait_look(ct, log, "invert(1)", since, "the page to log filter=invert(1) for its own session")
+    fact(f"{mode}, page API: startSession resolved → sessionchange {{active: true}} (page clock)",
+         f"{(active['time'] - start['time']) / 1000:+.3f} s, detail {active['detail']}")
+    fact(f"{mode}, page API: the gate → startSession resolved / page inverted",
+         f"{(start['time'] - go['time']) / 1000:.3f} s / {inverted - go['time'] / 1000:.3f} s")
+    owner = {name: get_property(name) for name in ("SessionActive", "SessionOwner", "SessionOwnerOrigin")}
+    fact(f"{mode}, page API: the page's session", owner)
+    assert owner == {"SessionActive": True, "SessionOwner": launcher, "SessionOwnerOrigin": ORIGIN}, owner
+
+    since = len(looks(ct, log))
+    ct.run(["touch", f"{WWW}/go-end"], user=KIOSK_USER)
+    wait_result(ct, log, "the page's `ended` report", lambda r: r["kind"] == "ended")
+    calls = {r["method"]: r for r in page_results(ct) if r["kind"] == "call"}
+    end = calls["endSession"]
+    assert (end["ok"], end["value"]) == (True, None), end
+    again = calls["endSession(again)"]
+    assert (again["ok"], again["name"]) == (False, "NotInSession"), again
+    ended = wait_result(ct, log, "sessionchange {active: false}", lambda r: r["kind"] == "event"
+                        and r["seq"] > go["seq"] and r["type"] == "sessionchange" and r["detail"]["active"] is False)
+    wait_look(ct, log, "none", since, "the page to log filter=none after its endSession")
+    owner = {name: get_property(name) for name in ("SessionActive", "SessionOwnerOrigin")}
+    assert owner == {"SessionActive": False, "SessionOwnerOrigin": ""}, owner
+    fact(f"{mode}, page API: endSession resolved → sessionchange {{active: false}} (page clock)",
+         f"{(ended['time'] - end['time']) / 1000:+.3f} s, detail {ended['detail']}")
+    events = [(r["type"], r["detail"]) for r in page_results(ct) if r["kind"] == "event" and r["seq"] > go["seq"]]
+    fact(f"{mode}, page API: the events after the gate", events)
+
+
+def busctl_property(ct, bus, name, user=None):
+    """`busctl --BUS --json=short get-property` of the service: the value."""
+    out = ct.run(["busctl", f"--{bus}", "--json=short", "get-property", BUS_NAME, OBJECT, BUS_NAME, name],
+                 user=user).stdout
+    return json.loads(out)["data"]
+
+
 # --- user mode: the kiosk user's gdbus, the user unit ------------------------------
 
 
@@ -214,7 +414,12 @@ def test_1_user_mode_the_launcher_attaches_the_pipe_to_the_user_unit(browser_con
     ct = browser_container
     unit = "guidedaccess-test-browser-pipe.service"
     assert us.unit(ct, SERVICE, "ActiveState")["ActiveState"] == "inactive"
-    log = start_browser(ct, unit, ["guidedaccessctl", "browser", "--", *chromium("profile-pipe")])
+    # The page API for the page's origin (the service reads this when it starts).
+    ct.sh(f"mkdir -p {USER_CONFIG.rsplit('/', 1)[0]} && cat > {USER_CONFIG}", user=KIOSK_USER,
+          input=f"[Browser]\nAllowOrigins={ORIGIN}\n")
+    start_page_server(ct)
+    log = start_browser(ct, unit, ["guidedaccessctl", "browser", "--", *chromium("profile-pipe", url=PAGE_URL)],
+                        url=PAGE_URL)
     try:
         # The launcher's AttachBrowser D-Bus-activated the user unit.
         us.wait_for(lambda: "guidedaccessctl browser: attached: " in browser_log(ct, log), "the launcher attached")
@@ -254,8 +459,14 @@ def test_1_user_mode_the_launcher_attaches_the_pipe_to_the_user_unit(browser_con
         fact("user mode, pipe: StartSession call (sent → reply)", f"{call:.2f} s")
         fact("user mode, pipe: StartSession reply → page logs invert(1)", f"{on:+.3f} s")
         fact("user mode, pipe: EndSession reply → page logs none", f"{off:+.3f} s")
+        # The page's own session through window.guidedAccess: the tab is the
+        # caller (the launcher's name, the page's origin).
+        started = time.monotonic()
+        page_api(ct, log, lambda name: busctl_property(ct, "user", name, user=KIOSK_USER), launcher, "user mode")
+        fact("user mode, page API: the steps", f"{time.monotonic() - started:.2f} s")
     finally:
         stop_browser(ct, unit)
+        us.systemctl(ct, "stop", PAGE_SERVER_UNIT, check=False)
     # The launcher gone, the service lets go of the browser.
     us.wait_for(lambda: desktop(prop(ct, "Desktop")) == "none", "Desktop without +browser after the browser's end",
                 timeout=5)
@@ -341,7 +552,11 @@ def test_3_system_mode_the_launcher_attaches_the_pipe_through_the_system_service
     assert set(agent["RestrictAddressFamilies"].split()) == {"AF_UNIX", "AF_INET", "AF_INET6"}, agent
     assert desktop(system_prop(ct, "Desktop")) == "none"
     unit = "guidedaccess-test-browser-system.service"
-    log = start_browser(ct, unit, ["guidedaccessctl", "--system", "browser", "--", *chromium("profile-system")])
+    # BROWSER_KIOSK_CONFIG allows ORIGIN: the agent serves the page API and
+    # hands each call on to the system service (PageCall).
+    start_page_server(ct)
+    log = start_browser(ct, unit, ["guidedaccessctl", "--system", "browser", "--",
+                                   *chromium("profile-system", url=PAGE_URL)], url=PAGE_URL)
     try:
         us.wait_for(lambda: "guidedaccessctl browser: attached: " in browser_log(ct, log), "the launcher attached")
         us.wait_for(lambda: desktop(system_prop(ct, "Desktop")).endswith("+browser"), "Desktop …+browser",
@@ -367,8 +582,13 @@ def test_3_system_mode_the_launcher_attaches_the_pipe_through_the_system_service
                                   lambda: ctl(ct, "end"))
         fact("system mode, pipe: StartSession reply → page logs invert(1)", f"{on:+.3f} s")
         fact("system mode, pipe: EndSession reply → page logs none", f"{off:+.3f} s")
+        started = time.monotonic()
+        page_api(ct, log, lambda name: busctl_property(ct, "system", name), record["GUIDEDACCESS_LAUNCHER"],
+                 "system mode")
+        fact("system mode, page API: the steps", f"{time.monotonic() - started:.2f} s")
     finally:
         stop_browser(ct, unit)
+        us.systemctl(ct, "stop", PAGE_SERVER_UNIT, check=False)
     us.wait_for(lambda: desktop(system_prop(ct, "Desktop")) == "none",
                 "Desktop without +browser after the browser's end", timeout=5)
 
@@ -378,7 +598,8 @@ def test_4_system_mode_devtools_endpoint_through_the_agent(browser_kiosk):
     unit = "guidedaccess-test-browser-system-port.service"
     log = start_browser(ct, unit, chromium("profile-system-port", f"--remote-debugging-port={PORT}"))
     try:
-        ct.sh("cat >> /etc/guidedaccess/guidedaccess.conf", input=f"\n[Browser]\nDevToolsEndpoint={ENDPOINT}\n")
+        ct.sh("cat > /etc/guidedaccess/guidedaccess.conf", input=us.BROWSER_KIOSK_CONFIG.replace(
+            "[Browser]\n", f"[Browser]\nDevToolsEndpoint={ENDPOINT}\n"))
         # The agent reads the system service's configuration when it starts.
         restarted = time.monotonic()
         us.systemctl(ct, "restart", AGENT)

@@ -128,7 +128,9 @@ def ensure_agent_rootfs(speech, log=print):
 # System mode for the kiosk browser (test_browser_units.py): the dconf
 # backend, the agent admitted for the kiosk user (no seat0 session in a
 # container), and the kiosk user a client, so that its launcher
-# (`guidedaccessctl --system browser`) may attach the browser.
+# (`guidedaccessctl --system browser`) may attach the browser; the page API
+# for the origin of the page the test serves on 127.0.0.1:8088.
+BROWSER_KIOSK_PAGE_ORIGIN = "http://127.0.0.1:8088"
 BROWSER_KIOSK_CONFIG = f"""\
 [Service]
 Backend=dconf
@@ -138,6 +140,9 @@ AllowUsers={KIOSK_USER}
 
 [Clients]
 AllowUsers={KIOSK_USER}
+
+[Browser]
+AllowOrigins={BROWSER_KIOSK_PAGE_ORIGIN}
 """
 
 
