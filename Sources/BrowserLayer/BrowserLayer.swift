@@ -73,24 +73,38 @@ public actor BrowserLayer {
 
     static let firstBackoff: Duration = .milliseconds(100)
 
-    /// When the memory of a lost connection was last given back (loop only).
+    /// When the memory of a lost connection was last given back, or is to
+    /// be (loop only).
     nonisolated(unsafe) private static var lastTrim: ContinuousClock.Instant?
+    /// At most one give-back every 5 s: one asked for sooner is put off
+    /// until then, not dropped — the last connection of a flood of them
+    /// must not leave what it took behind.
     private static func trimMemory() {
         let now = ContinuousClock.now
-        if let lastTrim, now - lastTrim < .seconds(5) { return }
-        lastTrim = now
+        var delay: Duration = .zero
+        if let lastTrim {
+            if lastTrim > now { return }  // one is put off already
+            if now - lastTrim < .seconds(5) { delay = .seconds(5) - (now - lastTrim) }
+        }
+        lastTrim = now + delay
         // Off the loop's thread, which callers would wait for (walking a heap
         // a flood fragmented can take tens of milliseconds): on a thread of
         // its own that ends with it, not on Swift's global executor, whose
         // first use would leave the idle service threads, descriptors and
         // wake-ups of its own.
+        let micros = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+        micros.pointee = UInt32(delay.components.seconds) * 1_000_000 + UInt32(delay.components.attoseconds / 1_000_000_000_000)
         var thread = pthread_t()
-        if pthread_create(&thread, nil, { _ in
+        if pthread_create(&thread, nil, { argument in
+            let micros = argument!.assumingMemoryBound(to: UInt32.self)
+            if micros.pointee > 0 { usleep(micros.pointee) }
+            micros.deallocate()
             malloc_trim(0)
             return nil
-        }, nil) == 0 {
+        }, micros) == 0 {
             pthread_detach(thread)
         } else {
+            micros.deallocate()
             malloc_trim(0)
         }
     }
@@ -459,100 +473,80 @@ public actor BrowserLayer {
         return task
     }
 
+    /// One page brought up to date: the page API put in (or its Runtime
+    /// domain turned on again), the look shown, and a held new tab let go
+    /// of — every command sent back to back, then the answers awaited. A
+    /// held tab answers some commands only once it runs (Chromium's
+    /// `Page.enable` in a tab opened with `noopener`), so nothing is
+    /// awaited before it is let go of; the browser runs a session's
+    /// commands in the order sent, so the API and the look are in place
+    /// before its first document.
     private func bringUpToDate(_ session: String) async {
         guard let client, let page = pages[session] else { return }
         let look = self.look
+        var batch = Batch(client: client, session: session, loop: loop)
+        var checkDocument = false
+        if let api, !page.apiInstalled {
+            checkDocument = queueInstall(api, page, session, &batch)
+        } else if api != nil, page.apiInstalled, page.runtimeWanted, !page.runtimeOn {
+            queueRuntime(session, &batch)
+            checkDocument = true
+        }
+        let showing = !page.known || page.shown != look
+        if showing { queueShow(look, page, session, &batch) }
+        if page.waiting {
+            pages[session]?.waiting = false
+            batch.send("Runtime.runIfWaitingForDebugger")
+        }
         do throws(DevToolsFailure) {
-            if let api, !page.apiInstalled { try await install(api, in: session, client) }
-            if let api, page.apiInstalled, page.runtimeWanted, !page.runtimeOn {
-                try await enableRuntime(api, in: session, client)
-            }
-            if page.known, page.shown == look {
-                try await resume(session, client)
-                return
-            }
-            try await show(look, in: session, page, client)
-            try await resume(session, client)
+            try await batch.finish { [self] in log.log(.debug, "browser layer: page \(page.targetID): the current document did not take the style: \($0)") }
         } catch {
             guard pages[session] != nil, self.client === client else { return }  // closed, or the connection went
             log.log(.warning, "browser layer: page \(page.targetID) left out: \(error)")
             pages[session] = nil
+            if page.waiting { tell(client, "Runtime.runIfWaitingForDebugger", session: session) }
             detach(session, client)
+            return
         }
+        if showing, pages[session] != nil {
+            pages[session]?.known = true
+            pages[session]?.shown = look
+        }
+        if checkDocument, let api { await reloadIfServedWithout(api, session, client) }
     }
 
-    /// A tab held for the page API goes on.
-    private func resume(_ session: String, _ client: DevToolsClient) async throws(DevToolsFailure) {
-        guard pages[session]?.waiting == true else { return }
-        pages[session]?.waiting = false
-        _ = try await client.call("Runtime.runIfWaitingForDebugger", session: session, timeout: Self.commandTimeout)
-    }
-
-    /// The page's commands go out back to back, and are then awaited in
-    /// order: the browser runs a session's commands in the order sent, so
-    /// one round trip, not one per command, stands between a change and the
-    /// page showing it.
-    private func show(_ look: BrowserLook?, in session: String, _ page: Page, _ client: DevToolsClient) async throws(DevToolsFailure) {
+    /// Queues showing `look` in the page.
+    private func queueShow(_ look: BrowserLook?, _ page: Page, _ session: String, _ batch: inout Batch) {
         let known = page.known, before = page.shown
         let sheet = look?.styleSheet
-        var sent: [(command: Task<Result<JSON, DevToolsFailure>, Never>, tolerated: Bool)] = []
-        func send(_ method: String, _ params: [(String, JSON)] = [], tolerated: Bool = false) {
-            let loop = self.loop
-            sent.append((Task(executorPreference: loop) { () -> Result<JSON, DevToolsFailure> in
-                do throws(DevToolsFailure) {
-                    return .success(try await client.call(method, params, session: session, timeout: Self.commandTimeout))
-                } catch {
-                    return .failure(error)
-                }
-            }, tolerated))
-        }
-        var enabling: Int?
         if sheet != nil, pages[session]?.pageEnabled != true {
             // Document scripts run only with the Page domain on.
-            enabling = sent.count
-            send("Page.enable")
+            pages[session]?.pageEnabled = true
+            batch.send("Page.enable")
         }
         let media = (look?.mediaFeatures ?? []).map { JSON.object([("name", .string($0.name)), ("value", .string($0.value))]) }
         let mediaBefore = (before?.mediaFeatures ?? []).map { $0.name + ":" + $0.value }
         if !known || mediaBefore != (look?.mediaFeatures ?? []).map({ $0.name + ":" + $0.value }) {
-            send("Emulation.setEmulatedMedia", [("media", .string("")), ("features", .array(media))])
+            batch.send("Emulation.setEmulatedMedia", [("media", .string("")), ("features", .array(media))])
         }
         let deficiency = look?.visionDeficiency ?? "none"
         if !known || (before?.visionDeficiency ?? "none") != deficiency {
-            send("Emulation.setEmulatedVisionDeficiency", [("type", .string(deficiency))])
+            batch.send("Emulation.setEmulatedVisionDeficiency", [("type", .string(deficiency))])
         }
-        var adding: Int?
-        if !known || before?.styleSheet != sheet {
-            if let old = pages[session]?.scriptID {
-                send("Page.removeScriptToEvaluateOnNewDocument", [("identifier", .string(old))])
-                pages[session]?.scriptID = nil
-            }
-            let script = PageScript.applying(sheet)
-            if sheet != nil {
-                adding = sent.count
-                send("Page.addScriptToEvaluateOnNewDocument", [("source", .string(script))])
-            }
-            // The document there now. It may be between documents (the
-            // next one gets the document script): not an error.
-            send("Runtime.evaluate", [("expression", .string(script)), ("silent", .bool(true))], tolerated: true)
+        guard !known || before?.styleSheet != sheet else { return }
+        if let old = pages[session]?.scriptID {
+            batch.send("Page.removeScriptToEvaluateOnNewDocument", [("identifier", .string(old))])
+            pages[session]?.scriptID = nil
         }
-        var failure: DevToolsFailure?
-        for (index, command) in sent.enumerated() {
-            switch await command.command.value {
-            case .success(let result):
-                if index == enabling { pages[session]?.pageEnabled = true }
-                if index == adding { pages[session]?.scriptID = result["identifier"]?.string }
-            case .failure(let error):
-                if command.tolerated, pages[session] != nil, self.client === client {
-                    log.log(.debug, "browser layer: page \(page.targetID): the current document did not take the style: \(error)")
-                } else if failure == nil {
-                    failure = error
-                }
+        let script = PageScript.applying(sheet)
+        if sheet != nil {
+            batch.send("Page.addScriptToEvaluateOnNewDocument", [("source", .string(script))]) { [self] result in
+                pages[session]?.scriptID = result["identifier"]?.string
             }
         }
-        if let failure { throw failure }
-        pages[session]?.known = true
-        pages[session]?.shown = look
+        // The document there now. It may be between documents (the next one
+        // gets the document script): not an error.
+        batch.send("Runtime.evaluate", [("expression", .string(script)), ("silent", .bool(true))], tolerated: true)
     }
 
     private func detach(_ session: String, _ client: DevToolsClient) {
@@ -581,6 +575,8 @@ public actor BrowserLayer {
                 // Left attached and untouched (detaching costs a command
                 // each); letting go of the pages detaches it with the rest.
                 log.log(.warning, "browser layer: more than \(Self.pageLimit) pages; page \(bounded(info["targetId"]?.string ?? "?", 40)) left out")
+                // A flood of pages: what their commands took goes back once it ends.
+                Self.trimMemory()
                 if waiting, let client { tell(client, "Runtime.runIfWaitingForDebugger", session: session) }
                 return
             }
@@ -605,29 +601,67 @@ public actor BrowserLayer {
 // MARK: - The page API (1.2)
 
 extension BrowserLayer {
-    /// Puts the page API in page `session`: the document script for its
-    /// next documents, and the Runtime domain with the binding.
-    private func install(_ api: PageAPI, in session: String, _ client: DevToolsClient) async throws(DevToolsFailure) {
-        if pages[session]?.pageEnabled == false {
+    /// Queues putting the page API in page `session`: the document script
+    /// for its next documents and, in a tab at an allowed origin, the
+    /// Runtime domain with the binding. Returns whether the document there
+    /// is to be checked once it answers (`reloadIfServedWithout`).
+    private func queueInstall(_ api: PageAPI, _ page: Page, _ session: String, _ batch: inout Batch) -> Bool {
+        if pages[session]?.pageEnabled != true {
             // Document scripts run only with the Page domain on; it also
-            // tells where the tab goes (`Page.frameNavigated`).
-            _ = try await client.call("Page.enable", session: session, timeout: Self.commandTimeout)
+            // tells where the tab goes (`Page.frameStartedNavigating`).
             pages[session]?.pageEnabled = true
+            batch.send("Page.enable")
         }
-        let tree = try await client.call("Page.getFrameTree", session: session, timeout: Self.commandTimeout)
-        if let url = tree["frameTree"]?["frame"]?["url"]?.string, !url.isEmpty { pages[session]?.documentURL = url }
-        _ = try await client.call(
-            "Page.addScriptToEvaluateOnNewDocument", [("source", .string(api.script))], session: session,
-            timeout: Self.commandTimeout)
+        batch.send("Page.getFrameTree") { [self] tree in
+            if let url = tree["frameTree"]?["frame"]?["url"]?.string, !url.isEmpty, pages[session]?.documentURL.isEmpty != false {
+                pages[session]?.documentURL = url
+            }
+        }
+        batch.send("Page.addScriptToEvaluateOnNewDocument", [("source", .string(api.script))])
         pages[session]?.apiInstalled = true
-        // Only a tab at an allowed origin now: one that is not, or not yet
-        // (a new tab, held, before its first navigation), turns it on when
-        // it starts to navigate there (`Page.frameStartedNavigating`). A
-        // page of another origin never runs with it on: its scripts could
-        // otherwise fill the browser's queue to the service with binding
-        // calls and console messages before it was turned off again.
-        guard let origin = Self.origin(of: pages[session]?.documentURL ?? ""), api.allowed.contains(origin) else { return }
-        try await enableRuntime(api, in: session, client)
+        // The Runtime domain only in a tab at an allowed origin, or in a new
+        // tab that is held and has not said where it goes: one at another
+        // origin turns it on when it starts to navigate to an allowed one,
+        // and a new tab going elsewhere has it turned off before its
+        // document runs (`Page.frameStartedNavigating`). A page of another
+        // origin must not run with it on: its scripts could fill the
+        // browser's queue to the service with binding calls and console
+        // messages before it was turned off again.
+        let origin = Self.origin(of: page.documentURL)
+        guard origin.map(api.allowed.contains) ?? page.waiting else { return false }
+        queueRuntime(session, &batch)
+        return true
+    }
+
+    private func queueRuntime(_ session: String, _ batch: inout Batch) {
+        pages[session]?.runtimeWanted = false
+        pages[session]?.runtimeOn = true
+        // Reports the contexts there are (`pageAPIEvent` keeps the top one).
+        batch.send("Runtime.enable")
+        batch.send("Runtime.addBinding", [("name", .string(PageAPI.binding))])
+    }
+
+    /// A document of an allowed origin whose scripts ran without the API
+    /// (the browser loaded it before its launcher had attached it, or the
+    /// tab came back from another origin) is loaded again, so that
+    /// `guidedAccess` is there before its scripts, as in every other
+    /// document. One a service before this one served has it, and is left
+    /// as it is.
+    private func reloadIfServedWithout(_ api: PageAPI, _ session: String, _ client: DevToolsClient) async {
+        guard let page = pages[session], page.runtimeOn, let top = page.top, serves(page, api) else { return }
+        do throws(DevToolsFailure) {
+            let served = try await client.call(
+                "Runtime.evaluate",
+                [
+                    ("expression", .string("Object.prototype.hasOwnProperty.call(window, \"guidedAccess\")")),
+                    ("contextId", .number(String(top.id))), ("returnByValue", .bool(true)),
+                ], session: session, timeout: Self.commandTimeout)
+            guard served["result"]?["value"] == .bool(false), pages[session]?.top?.id == top.id else { return }
+        } catch {
+            return  // the document went meanwhile
+        }
+        log.log(.info, "browser layer: page \(page.targetID) (\(top.origin)) was loaded without the page API in it: loading it again")
+        tell(client, "Page.reload", session: session)
     }
 
     /// `scheme://host[:port]` of an http(s) URL; nil for any other (an
@@ -638,37 +672,6 @@ extension BrowserLayer {
         let rest = url.dropFirst(scheme)
         let host = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
         return String(url.prefix(scheme)) + host.lowercased()
-    }
-
-    /// The Runtime domain and the binding, in a page whose top document
-    /// may be of an allowed origin (`pageAPIEvent` turns it off in one that
-    /// is not, whose contexts and console then cost the service nothing).
-    ///
-    /// A document of an allowed origin whose scripts ran without the API
-    /// (the browser loaded it before its launcher had attached it, or the
-    /// tab came back from another origin) is loaded again, so that
-    /// `guidedAccess` is there before its scripts, as in every other
-    /// document. One a service before this one served has it, and is left
-    /// as it is.
-    private func enableRuntime(_ api: PageAPI, in session: String, _ client: DevToolsClient) async throws(DevToolsFailure) {
-        pages[session]?.runtimeWanted = false
-        pages[session]?.runtimeOn = true
-        // Reports the contexts there are (`pageAPIEvent` keeps the top one).
-        _ = try await client.call("Runtime.enable", session: session, timeout: Self.commandTimeout)
-        // Its top document is another origin's (turned off again as it was
-        // reported): no binding there, which Chromium would put in it anyway.
-        guard pages[session]?.runtimeOn == true else { return }
-        _ = try await client.call("Runtime.addBinding", [("name", .string(PageAPI.binding))], session: session, timeout: Self.commandTimeout)
-        guard let page = pages[session], page.runtimeOn, let top = page.top, serves(page, api) else { return }
-        let served = try await client.call(
-            "Runtime.evaluate",
-            [
-                ("expression", .string("Object.prototype.hasOwnProperty.call(window, \"guidedAccess\")")),
-                ("contextId", .number(String(top.id))), ("returnByValue", .bool(true)),
-            ], session: session, timeout: Self.commandTimeout)
-        guard served["result"]?["value"] == .bool(false), pages[session]?.top?.id == top.id else { return }
-        log.log(.info, "browser layer: page \(page.targetID) (\(top.origin)) was loaded without the page API in it: loading it again")
-        tell(client, "Page.reload", session: session)
     }
 
     /// Whether the page's top document is one the page API serves: its
@@ -817,9 +820,11 @@ extension BrowserLayer {
         case .success(let value): message = .object([("id", .number(id)), ("result", value)])
         case .failure(let error):
             let name = error.dbusErrorName.split(separator: ".").last.map(String.init) ?? error.dbusErrorName
+            // A message may quote what the page sent (an identifier of
+            // 60 KiB): at most 1,000 characters go back.
             message = .object([
                 ("id", .number(id)),
-                ("error", .object([("name", .string(name)), ("message", .string(error.message))])),
+                ("error", .object([("name", .string(name)), ("message", .string(bounded(error.message, 1000)))])),
             ])
         }
         tell(
@@ -856,6 +861,49 @@ extension BrowserLayer {
                 [("expression", .string(expression)), ("contextId", .number(String(top.id))), ("silent", .bool(true))],
                 session: session)
         }
+    }
+}
+
+/// A page's commands sent back to back, their answers awaited in order
+/// (`BrowserLayer.bringUpToDate`).
+private struct Batch {
+    let client: DevToolsClient
+    let session: String
+    let loop: EventLoop
+    private var sent: [(answer: Task<Result<JSON, DevToolsFailure>, Never>, tolerated: Bool, then: ((JSON) -> Void)?)] = []
+
+    init(client: DevToolsClient, session: String, loop: EventLoop) {
+        self.client = client
+        self.session = session
+        self.loop = loop
+    }
+
+    /// Sends now; `then` runs with the answer, in order, in `finish`.
+    mutating func send(
+        _ method: String, _ params: [(String, JSON)] = [], tolerated: Bool = false, then: ((JSON) -> Void)? = nil
+    ) {
+        let client = self.client, session = self.session
+        sent.append((Task(executorPreference: loop) { () -> Result<JSON, DevToolsFailure> in
+            do throws(DevToolsFailure) {
+                return .success(try await client.call(method, params, session: session, timeout: BrowserLayer.commandTimeout))
+            } catch {
+                return .failure(error)
+            }
+        }, tolerated, then))
+    }
+
+    /// Awaits every answer; throws the first failure not `tolerated`
+    /// (those go to `note`).
+    nonisolated(nonsending) func finish(note: (DevToolsFailure) -> Void) async throws(DevToolsFailure) {
+        var failure: DevToolsFailure?
+        for command in sent {
+            switch await command.answer.value {
+            case .success(let result): command.then?(result)
+            case .failure(let error):
+                if command.tolerated { note(error) } else if failure == nil { failure = error }
+            }
+        }
+        if let failure { throw failure }
     }
 }
 

@@ -26,6 +26,9 @@ public struct PageAPI: Sendable {
     static let binding = "__guidedAccessBinding"
     /// Where the service's answers and events go in a page (`Runtime.evaluate`).
     static let receiver = "__guidedAccessReceive"
+    /// A call with no answer after this long rejects with `NoReply` (a
+    /// bus call's default timeout is 25 s).
+    static let replyTimeoutSeconds = 30
     static let outstandingLimit = PageCallLimits.outstanding
     static let callLimit = PageCallLimits.callBytes
 
@@ -53,7 +56,12 @@ public struct PageAPI: Sendable {
               const id = next++;
               try { payload = JSON.stringify({id, method, args}); }
               catch (e) { reject(failure("InvalidArgs", "the arguments cannot be sent: " + e.message)); return; }
-              pending.set(id, {resolve, reject});
+              // No answer at all (the service went away as it was asked):
+              // NoReply, as a bus call's, after the longest a call may take.
+              const timer = setTimeout(() => {
+                if (pending.delete(id)) reject(failure("NoReply", "no answer from the GuidedAccess service within \(replyTimeoutSeconds) s"));
+              }, \(replyTimeoutSeconds * 1000));
+              pending.set(id, {resolve: (v) => { clearTimeout(timer); resolve(v); }, reject: (e) => { clearTimeout(timer); reject(e); }});
               binding(payload);
             });
             const methods = {
