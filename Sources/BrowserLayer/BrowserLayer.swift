@@ -613,8 +613,14 @@ extension BrowserLayer {
             batch.send("Page.enable")
         }
         batch.send("Page.getFrameTree") { [self] tree in
-            if let url = tree["frameTree"]?["frame"]?["url"]?.string, !url.isEmpty, pages[session]?.documentURL.isEmpty != false {
-                pages[session]?.documentURL = url
+            guard let url = tree["frameTree"]?["frame"]?["url"]?.string, !url.isEmpty else { return }
+            pages[session]?.documentURL = url
+            // It went to an allowed origin before it was attached (a tab
+            // window.open made in its opener's process): the Runtime
+            // domain, and the document loaded again with the API.
+            if pages[session]?.runtimeOn == false, let origin = Self.origin(of: url), api.allowed.contains(origin) {
+                pages[session]?.runtimeWanted = true
+                _ = update(session)
             }
         }
         batch.send("Page.addScriptToEvaluateOnNewDocument", [("source", .string(api.script))])
@@ -732,7 +738,7 @@ extension BrowserLayer {
             pages[session]?.documentURL = url
             // At an allowed origin (a navigation that did not start as
             // `frameStartedNavigating` said): the Runtime domain on again.
-            if !page.runtimeOn, page.apiInstalled, let origin = frame["securityOrigin"]?.string, api.allowed.contains(origin) {
+            if !page.runtimeOn, let origin = frame["securityOrigin"]?.string, api.allowed.contains(origin) {
                 pages[session]?.runtimeWanted = true
                 _ = update(session)
             }

@@ -70,6 +70,10 @@ actor DevToolsClient {
     /// Commands waiting for their answer: more fail at once (a browser
     /// that answers none of them must not grow the service).
     static let pendingLimit = 256
+    /// Events over this are dropped unread (`handle`).
+    static let eventLimit = 512 << 10
+    private static let eventStart = Array(#"{"method":"#.utf8)
+    private var droppedEvents = 0
 
     private let stream: LoopbackStream
     private var decoder: Decoder
@@ -381,6 +385,17 @@ actor DevToolsClient {
     }
 
     private func handle(_ bytes: [UInt8]) throws(DevToolsFailure) {
+        // An event this big is none the layer uses (a page's call is at
+        // most 64 KiB, checked by its script; a console message or a forged
+        // call of a page can be a megabyte): dropped unread, so a page that
+        // sends such things costs the service the bytes, not their parsing.
+        if bytes.count > Self.eventLimit, bytes.starts(with: Self.eventStart) {
+            droppedEvents += 1
+            if droppedEvents == 1 || droppedEvents.isMultiple(of: 1000) {
+                log.log(.info, "browser layer: \(droppedEvents) DevTools events over \(Self.eventLimit >> 10) KiB dropped unread")
+            }
+            return
+        }
         switch try DevToolsMessage(bytes) {
         case .reply(let id, let result): resolve(id, result)
         case .event(let event): onEvent(event)

@@ -56,6 +56,7 @@ public struct PageAPI: Sendable {
               const id = next++;
               try { payload = JSON.stringify({id, method, args}); }
               catch (e) { reject(failure("InvalidArgs", "the arguments cannot be sent: " + e.message)); return; }
+              if (payload.length > \(callLimit)) { reject(failure("InvalidArgs", "the call's arguments are over \(callLimit >> 10) KiB")); return; }
               // No answer at all (the service went away as it was asked):
               // NoReply, as a bus call's, after the longest a call may take.
               const timer = setTimeout(() => {
