@@ -1051,7 +1051,7 @@ class ControlledProber(Prober):
         return max(data["samples"]), data["samples"], data["errors"], data["controls"], data["times"]
 
 
-FLOOD_SECONDS = 8.0
+FLOOD_SECONDS = 5.0
 SETTLE_SECONDS = 5.0
 RSS_SLACK_KIB = 2 * 1024
 RECOVERY_SECONDS = 10.0

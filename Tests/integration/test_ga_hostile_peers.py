@@ -309,7 +309,7 @@ def outcome(rec, member, signature, args):
 
 # ---------------------------------------------------------------- B: a browser that floods
 
-FLOOD_SECONDS = 8.0
+FLOOD_SECONDS = 5.0
 SETTLE_SECONDS = 5.0
 
 
