@@ -45,9 +45,9 @@ const post = (o) => fetch('/report', {method: 'POST', body: JSON.stringify(o)});
   }
   if (kind === 'flood') {
     window.open('%(other)s/flood');
-    await new Promise((r) => setTimeout(r, 1500));
+    await new Promise((r) => setTimeout(r, 1000));
     const latencies = [];
-    for (let i = 0; i < 25; i++) {
+    for (let i = 0; i < 15; i++) {
       const t = performance.now();
       await guidedAccess.getState();
       latencies.push(performance.now() - t);
@@ -61,7 +61,7 @@ const post = (o) => fetch('/report', {method: 'POST', body: JSON.stringify(o)});
 FLOOD_PAGE = """<!doctype html><html><body><script>
 const big = 'x'.repeat(999000);
 const f = window.__guidedAccessBinding;
-const until = performance.now() + 8000;
+const until = performance.now() + 4000;
 (function tick() {
   const t = performance.now();
   while (performance.now() - t < 50) { if (f) f(big); console.log(big); }
