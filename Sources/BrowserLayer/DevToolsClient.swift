@@ -70,6 +70,13 @@ actor DevToolsClient {
     /// Commands waiting for their answer: more fail at once (a browser
     /// that answers none of them must not grow the service).
     static let pendingLimit = 256
+    /// When the browser last sent anything.
+    private var lastReceived: ContinuousClock.Instant?
+    /// Whether the browser sent something in the last 2 s (of a command's
+    /// 3): a command's answer that is late then is queued behind what it
+    /// sends (a flood), not lost to a page that hangs.
+    var busy: Bool { lastReceived.map { ContinuousClock.now - $0 < .seconds(2) } ?? false }
+
     /// Events over this are dropped unread (`handle`).
     static let eventLimit = 512 << 10
     private static let eventStart = Array(#"{"method":"#.utf8)
@@ -234,13 +241,7 @@ actor DevToolsClient {
         guard pending.count < Self.pendingLimit else {
             throw DevToolsFailure("\(method): \(Self.pendingLimit) commands already wait for the browser's answer")
         }
-        let id = nextID
-        nextID += 1
-        if case .pipe = decoder, nextID >= Self.pipeIDCeiling { nextID = 1 }
-        var message: [(String, JSON)] = [("id", .number(String(id))), ("method", .string(method))]
-        message.append(("params", .object(params)))
-        if let session { message.append(("sessionId", .string(session))) }
-        let frame = decoder.frame(JSON.object(message).compactBytes())
+        let (id, frame) = command(method, params, session: session)
         do {
             return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<JSON, Error>) in
                 let loop = self.loop
@@ -263,18 +264,24 @@ actor DevToolsClient {
     /// full: what a flooding page is sent must not cost the connection.
     func tell(_ method: String, _ params: [(String, JSON)] = [], session: String? = nil) {
         guard failure == nil else { return }
+        let (_, frame) = command(method, params, session: session)
+        guard outboxBytes + frame.count <= Self.outboxLimit / 2 else {
+            log.log(.warning, "browser layer: \(method) not sent: the browser is slow to read what the service sends")
+            return
+        }
+        send(frame)
+    }
+
+    /// A command's id (the next; below 2^30 on a pipe, whose launcher uses
+    /// those above) and its frame.
+    private func command(_ method: String, _ params: [(String, JSON)], session: String?) -> (Int, [UInt8]) {
         let id = nextID
         nextID += 1
         if case .pipe = decoder, nextID >= Self.pipeIDCeiling { nextID = 1 }
         var message: [(String, JSON)] = [("id", .number(String(id))), ("method", .string(method))]
         message.append(("params", .object(params)))
         if let session { message.append(("sessionId", .string(session))) }
-        let frame = decoder.frame(JSON.object(message).compactBytes())
-        guard outboxBytes + frame.count <= Self.outboxLimit / 2 else {
-            log.log(.warning, "browser layer: \(method) not sent: the browser is slow to read what the service sends")
-            return
-        }
-        send(frame)
+        return (id, decoder.frame(JSON.object(message).compactBytes()))
     }
 
     /// Closes the connection; pending commands fail. `onClose` is not called.
@@ -356,6 +363,7 @@ actor DevToolsClient {
             while failure == nil {
                 try drain()
                 let n = try await stream.read(into: &buffer)
+                lastReceived = .now
                 buffer.withUnsafeBytes { decoder.feed(UnsafeRawBufferPointer(rebasing: $0[..<n])) }
             }
         } catch {
