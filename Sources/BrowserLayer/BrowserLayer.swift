@@ -502,7 +502,7 @@ public actor BrowserLayer {
             try await batch.finish { [self] in log.log(.debug, "browser layer: page \(page.targetID): the current document did not take the style: \($0)") }
         } catch {
             guard pages[session] != nil, self.client === client else { return }  // closed, or the connection went
-            if error.description.contains("got no answer within"), await client.busy {
+            if error.isTimeout, await client.busy {
                 // Late behind what the browser floods the connection with,
                 // not hung: kept, and brought up to date at the next change.
                 log.log(.warning, "browser layer: page \(page.targetID): \(error) while the browser sends without pause; tried again at the next change")

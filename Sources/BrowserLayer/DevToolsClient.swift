@@ -247,7 +247,7 @@ actor DevToolsClient {
                 let loop = self.loop
                 let timer = Task(executorPreference: loop) {
                     do { try await loop.sleep(for: timeout) } catch { return }
-                    await self.resolve(id, .failure(DevToolsFailure("\(method) got no answer within \(timeout)")))
+                    await self.resolve(id, .failure(DevToolsFailure("\(method) got no answer within \(timeout)", isTimeout: true)))
                 }
                 pending[id] = (continuation, timer)
                 send(frame)

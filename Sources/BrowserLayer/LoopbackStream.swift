@@ -6,7 +6,12 @@ import GuidedAccessCore
 /// What went wrong with the browser: not listening, too slow, or garbage.
 public struct DevToolsFailure: Error, Hashable, Sendable, CustomStringConvertible {
     public let description: String
-    init(_ description: String) { self.description = description }
+    /// A command that got no answer in time (the connection may be fine).
+    public let isTimeout: Bool
+    init(_ description: String, isTimeout: Bool = false) {
+        self.description = description
+        self.isTimeout = isTimeout
+    }
 }
 
 /// A non-blocking connection to the kiosk browser's DevTools — a TCP
