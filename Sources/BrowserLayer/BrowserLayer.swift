@@ -787,12 +787,12 @@ extension BrowserLayer {
             log.log(.warning, "browser layer: page API call in page \(page.targetID) (\(top.origin)) is not a call: ignored")
             return
         }
-        guard payload.utf8.count <= PageAPI.callLimit else {
-            answer(id, .failure(.invalidArgs("the call's arguments are over \(PageAPI.callLimit >> 10) KiB")))
+        guard payload.utf8.count <= PageCallLimits.callBytes else {
+            answer(id, .failure(.invalidArgs("the call's arguments are over \(PageCallLimits.callBytes >> 10) KiB")))
             return
         }
-        guard page.outstanding < PageAPI.outstandingLimit else {
-            answer(id, .failure(.limitExceeded("\(PageAPI.outstandingLimit) calls of this page already wait for their answers")))
+        guard page.outstanding < PageCallLimits.outstanding else {
+            answer(id, .failure(.limitExceeded("\(PageCallLimits.outstanding) calls of this page already wait for their answers")))
             return
         }
         guard let call = try? JSON.parse(Array(payload.utf8)), case .string(let method)? = call["method"],

@@ -29,8 +29,6 @@ public struct PageAPI: Sendable {
     /// A call with no answer after this long rejects with `NoReply` (a
     /// bus call's default timeout is 25 s).
     static let replyTimeoutSeconds = 30
-    static let outstandingLimit = PageCallLimits.outstanding
-    static let callLimit = PageCallLimits.callBytes
 
     /// Defines `guidedAccess` in a top-level document of an allowed origin
     /// (elsewhere it does nothing: the origins are in it only so that
@@ -56,7 +54,7 @@ public struct PageAPI: Sendable {
               const id = next++;
               try { payload = JSON.stringify({id, method, args}); }
               catch (e) { reject(failure("InvalidArgs", "the arguments cannot be sent: " + e.message)); return; }
-              if (payload.length > \(callLimit)) { reject(failure("InvalidArgs", "the call's arguments are over \(callLimit >> 10) KiB")); return; }
+              if (payload.length > \(PageCallLimits.callBytes)) { reject(failure("InvalidArgs", "the call's arguments are over \(PageCallLimits.callBytes >> 10) KiB")); return; }
               // No answer at all (the service went away as it was asked):
               // NoReply, as a bus call's, after the longest a call may take.
               const timer = setTimeout(() => {
