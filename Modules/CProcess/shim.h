@@ -172,4 +172,14 @@ static inline pid_t ga_socket_peer_pid(int fd) {
     return (pid_t) credentials[0];
 }
 
+/* The uid of the process at the other end of a connected unix socket, or
+ * (uid_t) -1. */
+static inline uid_t ga_socket_peer_uid(int fd) {
+    int credentials[3];
+    socklen_t size = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, 17 /* SO_PEERCRED */, credentials, &size) < 0)
+        return (uid_t) -1;
+    return (uid_t) credentials[1];
+}
+
 #endif

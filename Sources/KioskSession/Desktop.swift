@@ -167,8 +167,18 @@ extension Desktop {
         case .cage, .weston:
             // No layer-shell or virtual-keyboard protocol for a keyboard.
             return FeatureRealisation(byKeys: keysForApps, byProgram: [.screenReader])
-        case .kwin, .x11:
+        case .kwin:
             return FeatureRealisation(byKeys: [:], byProgram: [.screenReader])
+        case .x11:
+            // A bare X server and a window manager: Orca the service runs,
+            // the colour features through the picom it runs
+            // (`X11CompositorDriver`).
+            return FeatureRealisation(
+                byKeys: [:], byProgram: [.screenReader],
+                notes: [
+                    .zoom: "X11 has no compositor zoom here: picom has none",
+                    .onScreenKeyboard: "no on-screen keyboard is run on X11",
+                ])
         case .none:
             return FeatureRealisation(byKeys: [:], byProgram: [])
         }

@@ -9,6 +9,10 @@ public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
     /// wvkbd (`wvkbd-mobintl`): a layer-shell surface typing through the
     /// virtual-keyboard protocol; it needs the Wayland display.
     case onScreenKeyboard
+    /// picom on a bare X display (no compositor of the kiosk's own): a
+    /// window shader for the colour features (`X11CompositorDriver`), its
+    /// arguments given per run.
+    case compositor
 
     public init?(_ feature: Feature) {
         switch feature {
@@ -18,19 +22,26 @@ public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
         }
     }
 
-    public var feature: Feature { self == .screenReader ? .screenReader : .onScreenKeyboard }
+    /// Its name in logs and unit names: the feature's, or `compositor`.
+    public var name: String {
+        switch self {
+        case .screenReader: return Feature.screenReader.wireName
+        case .onScreenKeyboard: return Feature.onScreenKeyboard.wireName
+        case .compositor: return "compositor"
+        }
+    }
 
     /// The transient unit of run `run` of the process with pid `pid`
     /// running it for `owner`.
     public func unitName(pid: Int32, run: Int, owner: ProgramOwner = .service) -> String {
-        "\(owner.unitPrefix)-\(feature.wireName)-\(pid)-\(run).service"
+        "\(owner.unitPrefix)-\(name)-\(pid)-\(run).service"
     }
 
     /// Whether `name` is one of `unitName`'s for `owner`: only those are
     /// ever adopted or stopped, whatever a journal says. The service's and
     /// the agent's names never match each other's.
     public func isUnitName(_ name: String, owner: ProgramOwner = .service) -> Bool {
-        let prefix = "\(owner.unitPrefix)-\(feature.wireName)-", suffix = ".service"
+        let prefix = "\(owner.unitPrefix)-\(self.name)-", suffix = ".service"
         guard name.hasPrefix(prefix), name.hasSuffix(suffix), name.count > prefix.count + suffix.count else {
             return false
         }
@@ -40,11 +51,17 @@ public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
 
     /// The glob of `unitName`'s names for `owner`.
     public func unitPattern(owner: ProgramOwner) -> String {
-        "\(owner.unitPrefix)-\(feature.wireName)-*.service"
+        "\(owner.unitPrefix)-\(name)-*.service"
     }
 
     /// The program's name on PATH, and its arguments.
-    public var executable: String { self == .screenReader ? "orca" : "wvkbd-mobintl" }
+    public var executable: String {
+        switch self {
+        case .screenReader: return "orca"
+        case .onScreenKeyboard: return "wvkbd-mobintl"
+        case .compositor: return "picom"
+        }
+    }
     public var arguments: [String] { self == .screenReader ? ["--replace"] : [] }
 
     /// Why it cannot run here, or nil: `installed` says which programs
@@ -63,6 +80,9 @@ public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
         case .onScreenKeyboard:
             if installed.executable(executable) == nil { return "wvkbd (wvkbd-mobintl) is not installed" }
             if needsDisplay, waylandDisplay == nil { return "the session has no Wayland display for wvkbd" }
+        case .compositor:
+            if installed.executable(executable) == nil { return "picom is not installed (package picom)" }
+            if needsDisplay, x11Display == nil { return "the session has no X display" }
         }
         return nil
     }

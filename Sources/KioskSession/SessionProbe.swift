@@ -39,14 +39,15 @@ public struct SessionProbe: Sendable {
     }
 
     public var runtimeDirectory: String? { environment["XDG_RUNTIME_DIR"] }
-    static let x11SocketDirectory = "/tmp/.X11-unix"
+    public static let x11SocketDirectory = "/tmp/.X11-unix"
 
     // MARK: Displays
 
     /// The session's displays: from `WAYLAND_DISPLAY` and `DISPLAY`, else
     /// from the sockets there are — the first `wayland-N` in
     /// XDG_RUNTIME_DIR that answers, and an X socket of that compositor's
-    /// Xwayland (whose `-auth` file, if any, is the XAUTHORITY). A service
+    /// Xwayland (whose `-auth` file, if any, is the XAUTHORITY); without a
+    /// Wayland display, the user's X server (`x11Server`). A service
     /// started by systemd or D-Bus activation has neither variable unless
     /// the session imported them.
     public func display() -> SessionDisplay {
@@ -81,8 +82,45 @@ public struct SessionProbe: Sendable {
             } else {
                 display.x11Display = Self.x11DisplayHeld(by: compositorPID)
             }
+        } else if display.waylandDisplay == nil, let server = Self.x11Server(for: getuid()) {
+            // A bare X session (Xorg or Xvfb and a window manager) whose
+            // variables the service was not given.
+            display.x11Display = server.display
+            display.xauthority = xauthority(ofServer: server.pid)
         }
         return display
+    }
+
+    /// The X server of the user `uid`'s session, found by its socket in
+    /// /tmp/.X11-unix: the lowest-numbered display whose server runs as
+    /// `uid` (rootless Xorg, Xvfb, startx), else as root (Xorg a display
+    /// manager started). Sockets that do not answer are left out.
+    static func x11Server(for uid: uid_t, in directory: String = x11SocketDirectory) -> (display: String, pid: Int32)? {
+        var own: [(Int, Int32)] = [], root: [(Int, Int32)] = []
+        for name in entries(of: directory) {
+            guard name.hasPrefix("X"), let number = Int(name.dropFirst()), number >= 0,
+                let fd = UnixSocket.connect(directory + "/" + name)
+            else { continue }
+            let pid = ga_socket_peer_pid(fd), owner = ga_socket_peer_uid(fd)
+            close(fd)
+            guard pid > 0 else { continue }
+            if owner == uid { own.append((number, pid)) } else if owner == 0 { root.append((number, pid)) }
+        }
+        guard let (number, pid) = own.min(by: { $0.0 < $1.0 }) ?? root.min(by: { $0.0 < $1.0 }) else { return nil }
+        return (":\(number)", pid)
+    }
+
+    /// The authority file for the X server `pid`: its `-auth` file where
+    /// the service may read it, else the one a display manager or `startx`
+    /// writes for the user (gdm's in XDG_RUNTIME_DIR, ~/.Xauthority); nil:
+    /// none (a server without access control, as Xvfb without `-auth`).
+    func xauthority(ofServer pid: Int32) -> String? {
+        let arguments = ProcessTable.arguments(of: pid)
+        if let i = arguments.firstIndex(of: "-auth"), i + 1 < arguments.count, access(arguments[i + 1], R_OK) == 0 {
+            return arguments[i + 1]
+        }
+        let candidates = [runtimeDirectory.map { $0 + "/gdm/Xauthority" }, environment["HOME"].map { $0 + "/.Xauthority" }]
+        return candidates.compactMap { $0 }.first { access($0, R_OK) == 0 }
     }
 
     private func waylandSocketPath(_ name: String) -> String {

@@ -60,6 +60,8 @@ public final class SessionProgram: @unchecked Sendable {
     private var wanted = false
     private var policy = RestartPolicy()
     private var restart: Task<Void, Never>?
+    /// Who waits in `gone(within:)`.
+    private var goneWaiters: [CheckedContinuation<Void, Never>] = []
 
     /// `bus`: the session bus, to run the program as a unit of the user's
     /// systemd manager when there is one there; nil: child processes.
@@ -81,11 +83,14 @@ public final class SessionProgram: @unchecked Sendable {
 
     /// Starts the program (`executable`: its path), unless it runs already;
     /// returns once it has been started (a screen reader: not once it has spoken).
-    public func start(_ executable: String, environment: [String: String]) async throws(ProgramError) -> ProgramRecord {
+    /// `arguments`: nil for the kind's own.
+    public func start(
+        _ executable: String, arguments: [String]? = nil, environment: [String: String]
+    ) async throws(ProgramError) -> ProgramRecord {
         restart?.cancel()
         restart = nil
         wanted = true
-        argv = [executable] + kind.arguments
+        argv = [executable] + (arguments ?? kind.arguments)
         self.environment = environment
         if let current { return current.record }
         policy.reset()
@@ -96,7 +101,7 @@ public final class SessionProgram: @unchecked Sendable {
     /// run if it still goes (it is followed from now on), else a new one.
     /// Returns the record to journal.
     public func resume(
-        _ record: ProgramRecord?, _ executable: String, environment: [String: String]
+        _ record: ProgramRecord?, _ executable: String, arguments: [String]? = nil, environment: [String: String]
     ) async throws(ProgramError) -> ProgramRecord {
         wanted = true
         if current == nil, let record, let run = await find(record) {
@@ -110,7 +115,7 @@ public final class SessionProgram: @unchecked Sendable {
             logger.notice("\(name): \(record), started before the service restarted, adopted")
             current = run
         }
-        return try await start(executable, environment: environment)
+        return try await start(executable, arguments: arguments, environment: environment)
     }
 
     /// Stops the program the journal names for a session that is over
@@ -150,6 +155,24 @@ public final class SessionProgram: @unchecked Sendable {
         terminate(run)
         // What it has queued goes now; what it says while it stops goes when it is gone.
         if kind == .screenReader { SpeechDispatcher.cancelAll(environment: environment, logger: logger) }
+    }
+
+    /// Returns once every run stopped is gone, or after `bound`: a
+    /// compositor must have let go of the screen before the next takes it.
+    public func gone(within bound: Duration) async {
+        guard !leaving.isEmpty else { return }
+        let timer = Task(executorPreference: loop) { [self, loop] in
+            guard (try? await loop.sleep(for: bound)) != nil else { return }
+            wakeGoneWaiters()
+        }
+        await withCheckedContinuation { goneWaiters.append($0) }
+        timer.cancel()
+    }
+
+    private func wakeGoneWaiters() {
+        let waiters = goneWaiters
+        goneWaiters = []
+        for waiter in waiters { waiter.resume() }
     }
 
     // MARK: Runs
@@ -224,6 +247,7 @@ public final class SessionProgram: @unchecked Sendable {
             // Even when the next session's screen reader has started: better
             // to cut its greeting than let it hear the last session's speech.
             if kind == .screenReader { SpeechDispatcher.cancelAll(environment: environment, logger: logger) }
+            if leaving.isEmpty { wakeGoneWaiters() }
             return
         }
         guard current?.record == record else { return }
@@ -260,8 +284,8 @@ public final class SessionProgram: @unchecked Sendable {
         }
     }
 
-    /// The feature's name, in logs and unit names.
-    private var name: String { kind.feature.wireName }
+    /// The program's name, in logs and unit names.
+    private var name: String { kind.name }
 
     private static func nowMilliseconds() -> Int {
         var now = timespec()

@@ -39,8 +39,9 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
         self.owner = owner
         self.logger = logger
         var programs: [Feature: SessionProgram] = [:]
-        for kind in ProgramKind.allCases {
-            programs[kind.feature] = SessionProgram(kind, owner: owner, loop: loop, bus: bus, logger: logger)
+        for feature in Feature.allCases {
+            guard let kind = ProgramKind(feature) else { continue }
+            programs[feature] = SessionProgram(kind, owner: owner, loop: loop, bus: bus, logger: logger)
         }
         self.programs = programs
     }
@@ -139,16 +140,7 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
     package var record: JSON? {
         guard !runs.isEmpty else { return nil }
         return .object([("programs", .array(runs.sorted { $0.key < $1.key }.map { feature, record in
-            switch record {
-            case .process(let pid, let startTime, let bootID, let token):
-                return .object([
-                    ("bootID", .string(bootID)), ("feature", .string(feature.wireName)),
-                    ("pid", .number(String(pid))), ("startTime", .number(String(startTime))),
-                    ("token", .string(token)),
-                ])
-            case .unit(let name):
-                return .object([("feature", .string(feature.wireName)), ("unit", .string(name))])
-            }
+            .object([("feature", .string(feature.wireName))] + record.journalFields)
         }))])
     }
 
@@ -167,22 +159,7 @@ public final class SessionProgramsDriver: FeatureDriver, @unchecked Sendable {
                 throw DriverRecordError("'\(name)' is not a feature the service runs a program for")
             }
             guard runs[feature] == nil else { throw DriverRecordError("two programs for '\(name)'") }
-            if let unit = item["unit"] {
-                guard case .string(let unit) = unit, kind.isUnitName(unit, owner: owner) else {
-                    throw DriverRecordError("'\(unit)' is not a unit the service runs for '\(name)'")
-                }
-                runs[feature] = .unit(unit)
-            } else {
-                guard case .number(let pidText)? = item["pid"], let pid = Int32(pidText), pid > 0,
-                    case .number(let startText)? = item["startTime"], let startTime = UInt64(startText),
-                    case .string(let bootID)? = item["bootID"]
-                else { throw DriverRecordError("the process of '\(name)' is not a pid, a start time and a boot id") }
-                // A journal of a version before the token: "" never matches,
-                // so that process is neither adopted nor stopped.
-                var token = ""
-                if case .string(let text)? = item["token"] { token = text }
-                runs[feature] = .process(pid: pid, startTime: startTime, bootID: bootID, token: token)
-            }
+            runs[feature] = try ProgramRecord(journal: item, kind: kind, owner: owner)
         }
         return runs
     }
@@ -225,5 +202,42 @@ extension SessionDisplay {
     /// The same displays, served by the same compositor.
     func isSameDisplays(as other: SessionDisplay) -> Bool {
         x11Display == other.x11Display && waylandDisplay == other.waylandDisplay && compositorPID == other.compositorPID
+    }
+}
+
+extension ProgramRecord {
+    /// How a driver's journal record keeps a run: a unit by name, a process
+    /// by pid, start time, boot id and token.
+    var journalFields: [(String, JSON)] {
+        switch self {
+        case .process(let pid, let startTime, let bootID, let token):
+            return [
+                ("bootID", .string(bootID)), ("pid", .number(String(pid))), ("startTime", .number(String(startTime))),
+                ("token", .string(token)),
+            ]
+        case .unit(let name):
+            return [("unit", .string(name))]
+        }
+    }
+
+    /// The run `journalFields` kept in `item`, checked: a unit only of the
+    /// names the service gives `kind`'s units, a pid that can be a process.
+    init(journal item: JSON, kind: ProgramKind, owner: ProgramOwner) throws(DriverRecordError) {
+        if let unit = item["unit"] {
+            guard case .string(let unit) = unit, kind.isUnitName(unit, owner: owner) else {
+                throw DriverRecordError("'\(unit)' is not a unit the service runs for '\(kind.name)'")
+            }
+            self = .unit(unit)
+        } else {
+            guard case .number(let pidText)? = item["pid"], let pid = Int32(pidText), pid > 0,
+                case .number(let startText)? = item["startTime"], let startTime = UInt64(startText),
+                case .string(let bootID)? = item["bootID"]
+            else { throw DriverRecordError("the process of '\(kind.name)' is not a pid, a start time and a boot id") }
+            // A journal of a version before the token: "" never matches,
+            // so that process is neither adopted nor stopped.
+            var token = ""
+            if case .string(let text)? = item["token"] { token = text }
+            self = .process(pid: pid, startTime: startTime, bootID: bootID, token: token)
+        }
     }
 }

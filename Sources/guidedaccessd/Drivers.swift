@@ -95,6 +95,7 @@ enum Drivers {
         var drivers: [any FeatureDriver] = [desktop]
         if programs {
             drivers.append(SessionProgramsDriver(desktop: desktop, owner: owner, loop: connection.loop, bus: connection, logger: logger))
+            drivers.append(X11CompositorDriver(desktop: desktop, owner: owner, loop: connection.loop, bus: connection, logger: logger))
         }
         // Always there: a launcher may attach a browser (`AttachBrowser`).
         drivers.append(

@@ -1,0 +1,280 @@
+import DBus
+import Glibc
+import GuidedAccessCore
+import Logging
+
+/// invert-colors and grayscale on a bare X display (`Desktop` x11: Xorg or
+/// Xvfb, a window manager, one app): the service runs picom for the
+/// session, with a window shader that does exactly the features on —
+/// grayscale by Rec. 709 luma, inversion 1 − value, both composed — and
+/// nothing else (`--config /dev/null`: no shadows, fading or opacity of a
+/// system picom.conf). A new set of colour features is a new picom, once
+/// the last has let go of the screen; at the session's end it stops and
+/// the X server gives every window back as it was drawn.
+///
+/// Never a second compositor: where the `_NET_WM_CM_S0` selection has an
+/// owner that is not the service's picom, the features are unavailable,
+/// and the reason names that compositor; it is asked again before each
+/// start, since a kiosk may start its own later.
+///
+/// picom runs as a `SessionProgram`: a transient unit of the user's
+/// systemd manager where there is one, else a child; started again with
+/// back-off, adopted by a restarted service (the journal keeps the run and
+/// its features), stopped at the restarted service's start when its
+/// session ended meanwhile.
+public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
+    public let name = "x11-compositor"
+    static let features: Set<Feature> = [.invertColors, .grayscale]
+    private let desktop: SessionDesktopDriver
+    private let owner: ProgramOwner
+    private let loop: EventLoop
+    private let program: SessionProgram
+    private let logger: Logger
+    /// The run going, and the features its shader does.
+    private var run: (record: ProgramRecord, features: Set<Feature>)?
+    /// The displays it was started in: moved, it starts again in the new ones.
+    private var startedIn: SessionDisplay?
+    /// What the X server said when last asked, or why it could not be asked.
+    private var facts: Result<X11DisplayFacts, X11Error>?
+    package private(set) var capabilities: [Feature: FeatureCapability] = [:]
+    package var desktopPart: DesktopPart? { nil }
+    package var followsReads: Bool { true }
+    private var events: (@Sendable (DriverEvent) -> Void)?
+    private let asking = OneAtATime()
+
+    /// How long picom may take to hold the compositor's selection before
+    /// the call that started it returns anyway.
+    static let readyBound: Duration = .seconds(1)
+
+    public init(
+        desktop: SessionDesktopDriver, owner: ProgramOwner = .service, loop: EventLoop, bus: Connection, logger: Logger
+    ) {
+        self.desktop = desktop
+        self.owner = owner
+        self.loop = loop
+        self.logger = logger
+        program = SessionProgram(.compositor, owner: owner, loop: loop, bus: bus, logger: logger)
+    }
+
+    package nonisolated(nonsending) func start(_ events: @escaping @Sendable (DriverEvent) -> Void) async {
+        self.events = events
+        program.onEvent { [self] event in self.programEvent(event) }
+        desktop.follow { [self, loop] in
+            Task(executorPreference: loop) { await self.askAgain() }
+        }
+        await ask()
+        capabilities = currentCapabilities()
+    }
+
+    package func supportWasRead() {
+        Task(executorPreference: loop) { await self.askAgain() }
+    }
+
+    package nonisolated(nonsending) func lookAgain(for features: Set<Feature>) async {
+        guard !features.isDisjoint(with: Self.features) else { return }
+        await askAgain()
+    }
+
+    /// Asks the X server again, and tells the service if what it delivers changed.
+    private func askAgain() async {
+        await asking.run {
+            await ask()
+            let new = currentCapabilities()
+            guard new != capabilities else { return }
+            capabilities = new
+            events?(.changed)
+        }
+    }
+
+    private func ask() async {
+        let display = desktop.display
+        guard desktop.desktop == .x11, run == nil, let x11 = display.x11Display else {
+            facts = nil
+            return
+        }
+        do throws(X11Error) {
+            facts = .success(try await X11Display.facts(of: x11, xauthority: display.xauthority, loop: loop))
+        } catch {
+            facts = .failure(error)
+        }
+    }
+
+    /// The colour features on this display now, and why not where not.
+    private func currentCapabilities() -> [Feature: FeatureCapability] {
+        guard desktop.desktop == .x11 else { return [:] }
+        let display = desktop.display
+        var why = ProgramKind.compositor.unavailableReason(
+            installed: SessionProbe(environment: desktop.environment).installation, x11Display: display.x11Display,
+            waylandDisplay: nil)
+        if why == nil, run == nil {
+            switch facts {
+            case .failure(let error)?:
+                why = "the X server of \(display.x11Display ?? "the session") cannot be asked: \(error)"
+            case .success(let facts)?:
+                if let compositor = facts.compositor {
+                    why = Self.foreign(compositor)
+                } else if !facts.hasGLX {
+                    why = "the X server has no GLX extension, which picom's shader needs"
+                }
+            case nil:
+                why = "the X server has not been asked yet"
+            }
+        }
+        let capability: FeatureCapability = why.map { .unavailable($0) } ?? .delivers(.wholeScreen)
+        return Dictionary(uniqueKeysWithValues: Self.features.map { ($0, capability) })
+    }
+
+    static func foreign(_ compositor: X11SelectionOwner) -> String {
+        "a compositor of the kiosk's own runs (\(compositor)), and the service never runs a second one: "
+            + "stop it, or give the features through it"
+    }
+
+    // MARK: The transaction
+
+    package nonisolated(nonsending) func apply(_ target: DriverTarget) async throws(DriverFailure) -> Bool {
+        let wanted = target.features.intersection(Self.features).filter { capabilities[$0] == .delivers(.wholeScreen) }
+        let display = desktop.display
+        if let run, run.features != wanted || startedIn.map({ !$0.isSameDisplays(as: display) }) ?? false {
+            program.stop()
+            self.run = nil
+            startedIn = nil
+            // The next picom cannot take the screen while this one holds it.
+            if !wanted.isEmpty { await program.gone(within: .seconds(2)) }
+        }
+        guard !wanted.isEmpty, run == nil else { return false }
+        // A compositor of the kiosk's own may have come since it was last asked.
+        await ask()
+        if case .success(let facts)? = facts, let compositor = facts.compositor {
+            capabilities = currentCapabilities()
+            throw DriverFailure(.unsupported, "\(wanted.sorted()[0]): \(Self.foreign(compositor)); nothing was changed")
+        }
+        let executable = SessionProbe(environment: desktop.environment).executable(ProgramKind.compositor.executable)
+        guard let executable else { throw DriverFailure(.failed, "picom is not installed; nothing was changed") }
+        do throws(ProgramError) {
+            let record = try await program.start(
+                executable, arguments: Self.arguments(wanted), environment: desktop.programEnvironment)
+            run = (record, wanted)
+            startedIn = display
+        } catch {
+            throw DriverFailure(.failed, "\(wanted.sorted()[0]): picom: \(error.message); nothing was changed")
+        }
+        await untilComposited(display)
+        return true
+    }
+
+    /// Returns once a compositor holds the screen's selection (picom took
+    /// it, and paints from its next frame), or after `readyBound`: the
+    /// caller's reply then means the change is on the screen.
+    private func untilComposited(_ display: SessionDisplay) async {
+        guard let x11 = display.x11Display else { return }
+        let deadline = X11Display.now() + Self.readyBound
+        while X11Display.now() < deadline, run != nil {
+            if let facts = try? await X11Display.facts(of: x11, xauthority: display.xauthority, loop: loop),
+                facts.compositor != nil
+            {
+                return
+            }
+            guard (try? await loop.sleep(for: .milliseconds(10))) != nil else { return }
+        }
+    }
+
+    /// picom's arguments for `features`: the GLX backend, the shader, no
+    /// configuration file.
+    static func arguments(_ features: Set<Feature>) -> [String] {
+        ["--config", "/dev/null", "--backend", "glx", "--glx-fshader-win", shader(features)]
+    }
+
+    /// A window shader (picom's legacy GLX backend: `tex`, `opacity`,
+    /// `invert_color` for its own inversion rules) for `features`; colours
+    /// are premultiplied by alpha.
+    static func shader(_ features: Set<Feature>) -> String {
+        var steps: [String] = []
+        if features.contains(.grayscale) { steps.append("c.rgb = vec3(dot(c.rgb, vec3(0.2126, 0.7152, 0.0722)));") }
+        if features.contains(.invertColors) { steps.append("c.rgb = c.a - c.rgb;") }
+        return """
+            uniform float opacity;
+            uniform bool invert_color;
+            uniform sampler2D tex;
+            void main() {
+                vec4 c = texture2D(tex, gl_TexCoord[0].xy);
+                \(steps.joined(separator: "\n    "))
+                if (invert_color) c.rgb = c.a - c.rgb;
+                gl_FragColor = c * opacity;
+            }
+            """
+    }
+
+    private func programEvent(_ event: SessionProgram.Event) {
+        guard let run else { return }
+        switch event {
+        case .restarted(let record):
+            self.run = (record, run.features)
+            events?(.recordChanged)
+        case .gaveUp(let exits, let lastExit):
+            self.run = nil
+            startedIn = nil
+            events?(.recordChanged)
+            for feature in run.features.sorted() {
+                events?(
+                    .featureLost(
+                        feature,
+                        message: "\(feature): picom exited \(exits) times within a minute (last: \(lastExit)); it is not started again",
+                        fields: ["FEATURE": feature.wireName, "EXITS": String(exits), "LAST_EXIT": lastExit]))
+            }
+        }
+    }
+
+    // MARK: The journal
+
+    package var record: JSON? {
+        guard let run else { return nil }
+        return .object(
+            run.record.journalFields + [("features", .array(run.features.sorted().map { .string($0.wireName) }))])
+    }
+
+    package func validate(_ record: JSON) throws(DriverRecordError) {
+        _ = try Self.run(of: record, owner: owner)
+    }
+
+    static func run(of record: JSON, owner: ProgramOwner) throws(DriverRecordError) -> (ProgramRecord, Set<Feature>) {
+        let run = try ProgramRecord(journal: record, kind: .compositor, owner: owner)
+        guard case .array(let items)? = record["features"] else { throw DriverRecordError("'features' is not an array") }
+        var features: Set<Feature> = []
+        for item in items {
+            guard case .string(let name) = item, let feature = Feature(rawValue: name), Self.features.contains(feature) else {
+                throw DriverRecordError("'features' holds something other than invert-colors and grayscale")
+            }
+            features.insert(feature)
+        }
+        return (run, features)
+    }
+
+    // MARK: Recovery
+
+    /// A session that goes on keeps the journal's picom if it still runs
+    /// with the session's colour features (adopted: the same process),
+    /// else gets a new one; without a session, or one about to end, it stops.
+    package nonisolated(nonsending) func recover(_ record: JSON?, target: DriverTarget?, endsNow: Bool) async -> [DriverNote] {
+        let recorded = try? record.map { record throws(DriverRecordError) in try Self.run(of: record, owner: owner) }
+        await program.stopUnknownUnits(keeping: recorded?.0)
+        let environment = desktop.programEnvironment
+        let wanted = endsNow || desktop.desktop != .x11 ? [] : (target?.features ?? []).intersection(Self.features)
+        var notes: [DriverNote] = []
+        if let (leftOver, features) = recorded, features != wanted {
+            await program.stopLeftOver(leftOver, environment: environment)
+            await program.gone(within: .seconds(2))
+        }
+        if !wanted.isEmpty, let executable = SessionProbe(environment: desktop.environment).executable("picom") {
+            do throws(ProgramError) {
+                let adopt = recorded.flatMap { $0.1 == wanted ? $0.0 : nil }
+                run = (try await program.resume(adopt, executable, arguments: Self.arguments(wanted), environment: environment), wanted)
+                startedIn = desktop.display
+            } catch {
+                notes.append(DriverNote(.error, "compositor: cannot start picom for the resumed session: \(error)"))
+            }
+        }
+        capabilities = currentCapabilities()
+        if run == nil { Task(executorPreference: loop) { await self.askAgain() } }
+        return notes
+    }
+}
