@@ -13,6 +13,9 @@ public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
     /// window shader for the colour features (`X11CompositorDriver`), its
     /// arguments given per run.
     case compositor
+    /// xsettingsd on a bare X display: GTK's theme, DPI and animations
+    /// through XSETTINGS (`X11SettingsDriver`), its file given per run.
+    case settingsManager
 
     public init?(_ feature: Feature) {
         switch feature {
@@ -28,6 +31,7 @@ public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
         case .screenReader: return Feature.screenReader.wireName
         case .onScreenKeyboard: return Feature.onScreenKeyboard.wireName
         case .compositor: return "compositor"
+        case .settingsManager: return "xsettings"
         }
     }
 
@@ -60,6 +64,7 @@ public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
         case .screenReader: return "orca"
         case .onScreenKeyboard: return "wvkbd-mobintl"
         case .compositor: return "picom"
+        case .settingsManager: return "xsettingsd"
         }
     }
     public var arguments: [String] { self == .screenReader ? ["--replace"] : [] }
@@ -82,6 +87,9 @@ public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
             if needsDisplay, waylandDisplay == nil { return "the session has no Wayland display for wvkbd" }
         case .compositor:
             if installed.executable(executable) == nil { return "picom is not installed (package picom)" }
+            if needsDisplay, x11Display == nil { return "the session has no X display" }
+        case .settingsManager:
+            if installed.executable(executable) == nil { return "xsettingsd is not installed (package xsettingsd)" }
             if needsDisplay, x11Display == nil { return "the session has no X display" }
         }
         return nil

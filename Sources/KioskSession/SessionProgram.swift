@@ -157,6 +157,16 @@ public final class SessionProgram: @unchecked Sendable {
         if kind == .screenReader { SpeechDispatcher.cancelAll(environment: environment, logger: logger) }
     }
 
+    /// Sends `signal` to the run going (a settings manager's SIGHUP: read
+    /// the configuration again); false when none goes or it failed.
+    public func signal(_ signal: Int32) async -> Bool {
+        switch current {
+        case .process(let process)?: return process.send(signal)
+        case .unit(let unit)?: return await unit.kill(signal)
+        case nil: return false
+        }
+    }
+
     /// Returns once every run stopped is gone, or after `bound`: a
     /// compositor must have let go of the screen before the next takes it.
     public func gone(within bound: Duration) async {

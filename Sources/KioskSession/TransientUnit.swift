@@ -253,6 +253,20 @@ final class TransientUnit: @unchecked Sendable {
         }
     }
 
+    /// Sends `signal` to its main process (systemd's `KillUnit`); returns
+    /// whether systemd took it.
+    func kill(_ signal: Int32) async -> Bool {
+        do throws(DBusError) {
+            _ = try await connection.call(
+                destination: Self.manager, path: Self.managerPath, interface: Self.managerInterface,
+                member: "KillUnit", [.string(name), .string("main"), .int32(signal)], timeout: .seconds(5))
+            return true
+        } catch {
+            logger.error("cannot signal \(name): \(error)")
+            return false
+        }
+    }
+
     /// Stops following it.
     func forget() async {
         onEnd = nil

@@ -23,12 +23,15 @@ public struct X11SelectionOwner: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// What the service asks of an X server: who owns the compositor's
-/// selection (never a second compositor), and whether it has GLX (picom's
+/// What the service asks of an X server: who owns the compositor's and the
+/// settings manager's selections (never a second one of either), and
+/// whether it has GLX (picom's
 /// shaders). A few requests on the X server's socket, on the event loop,
 /// within a bound: an X server that does not answer holds up nothing.
 public struct X11DisplayFacts: Hashable, Sendable {
     public var compositor: X11SelectionOwner?
+    /// The XSETTINGS manager of screen 0 (`_XSETTINGS_S0`).
+    public var settingsManager: X11SelectionOwner?
     public var hasGLX: Bool
 }
 
@@ -127,20 +130,24 @@ private final class X11Connection: @unchecked Sendable {
         let name = cookie == nil ? [] : Array("MIT-MAGIC-COOKIE-1".utf8)
         setup += Self.u16(name.count) + Self.u16(cookie?.count ?? 0) + [0, 0]
         setup += Self.padded(name) + Self.padded(cookie ?? [])
-        let names = ["_NET_WM_CM_S0", "_NET_WM_PID"]
+        let names = ["_NET_WM_CM_S0", "_XSETTINGS_S0", "_NET_WM_PID"]
         try send(setup + names.flatMap { Self.internAtom($0) } + Self.queryExtension("GLX"))
         try await readSetup()
         let first = try await replies(names.count + 1)
         let atoms = first.prefix(names.count).map { $0.map { Self.u32($0, at: 8) } ?? 0 }
-        let hasGLX = first[names.count].map { $0[8] != 0 } ?? false
-        let (selection, pidAtom) = (atoms[0], atoms[1])
-        // No atom yet: no compositor ever ran on this server.
-        guard selection != 0 else { return X11DisplayFacts(compositor: nil, hasGLX: hasGLX) }
-        try send(Self.request(23, 0, Self.u32(selection)))
-        guard let ownerReply = try await replies(1)[0] else { throw X11Error("GetSelectionOwner failed") }
-        let window = Self.u32(ownerReply, at: 8)
-        guard window != 0 else { return X11DisplayFacts(compositor: nil, hasGLX: hasGLX) }
-        // Its _NET_WM_PID (CARDINAL) and WM_NAME (atom 39, any type).
+        var facts = X11DisplayFacts(compositor: nil, settingsManager: nil, hasGLX: first[names.count].map { $0[8] != 0 } ?? false)
+        // An atom nobody made yet: no owner ever (GetSelectionOwner answers 0).
+        let selections = [atoms[0], atoms[1]]
+        try send(selections.flatMap { Self.request(23, 0, Self.u32($0)) })
+        let owners = try await replies(2).map { $0.map { Self.u32($0, at: 8) } ?? 0 }
+        facts.compositor = try await owner(owners[0], pidAtom: atoms[2])
+        facts.settingsManager = try await owner(owners[1], pidAtom: atoms[2])
+        return facts
+    }
+
+    /// Who `window` is: its _NET_WM_PID (CARDINAL) and WM_NAME (atom 39, any type).
+    private func owner(_ window: UInt32, pidAtom: UInt32) async throws(X11Error) -> X11SelectionOwner? {
+        guard window != 0 else { return nil }
         try send(
             Self.request(20, 0, Self.u32(window) + Self.u32(pidAtom) + Self.u32(6) + Self.u32(0) + Self.u32(1))
                 + Self.request(20, 0, Self.u32(window) + Self.u32(39) + Self.u32(0) + Self.u32(0) + Self.u32(64)))
@@ -156,7 +163,7 @@ private final class X11Connection: @unchecked Sendable {
             let text = String(decoding: reply[32..<(32 + max(length, 0))], as: UTF8.self)
             if !text.isEmpty { owner.name = text }
         }
-        return X11DisplayFacts(compositor: owner, hasGLX: hasGLX)
+        return owner
     }
 
     // MARK: Reading

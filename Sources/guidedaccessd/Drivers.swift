@@ -96,6 +96,7 @@ enum Drivers {
         if programs {
             drivers.append(SessionProgramsDriver(desktop: desktop, owner: owner, loop: connection.loop, bus: connection, logger: logger))
             drivers.append(X11CompositorDriver(desktop: desktop, owner: owner, loop: connection.loop, bus: connection, logger: logger))
+            drivers.append(X11SettingsDriver(desktop: desktop, owner: owner, loop: connection.loop, bus: connection, logger: logger))
         }
         // Always there: a launcher may attach a browser (`AttachBrowser`).
         drivers.append(

@@ -46,6 +46,33 @@ import Testing
         }
     }
 
+    // MARK: GTK's settings through XSETTINGS
+
+    /// Every setting written — one off goes back to GTK's value from
+    /// before, since GTK keeps a setting that disappears — but the DPI,
+    /// which GTK does undo.
+    @Test func theSettingsFileHoldsTheFeaturesOnAndGTKsValuesForTheRest() {
+        let before = GTKDefaults(theme: "Kiosk-Blue", animations: false)
+        #expect(X11SettingsDriver.settings([], textScale: 1.5, defaults: before)
+            == "Net/ThemeName \"Kiosk-Blue\"\nGtk/EnableAnimations 0\n")
+        #expect(X11SettingsDriver.settings([.highContrast, .largeText, .reduceMotion], textScale: 1.25, defaults: GTKDefaults())
+            == "Net/ThemeName \"HighContrast\"\nGtk/EnableAnimations 0\nXft/DPI 122880\n")
+        #expect(X11SettingsDriver.settings([.largeText], textScale: 2, defaults: GTKDefaults())
+            == "Net/ThemeName \"Adwaita\"\nGtk/EnableAnimations 1\nXft/DPI 196608\n")
+    }
+
+    /// settings.ini's `[Settings]` keys, a later file winning; a theme the
+    /// file could not quote is left out; other groups do not count.
+    @Test func gtksValuesFromBeforeComeFromItsSettingsFiles() {
+        var defaults = GTKDefaults()
+        defaults.apply(ini: "[Settings]\ngtk-theme-name = Kiosk\ngtk-enable-animations=false\n[Other]\ngtk-theme-name=No\n")
+        #expect(defaults == GTKDefaults(theme: "Kiosk", animations: false))
+        defaults.apply(ini: "[Settings]\ngtk-theme-name=Bad\"Name\ngtk-enable-animations = 1")
+        #expect(defaults == GTKDefaults(theme: "Kiosk", animations: true))
+        #expect(GTKDefaults(environment: ["XDG_CONFIG_HOME": "/nonexistent", "XDG_CONFIG_DIRS": "/nonexistent"]) == GTKDefaults()
+            || access("/etc/gtk-3.0/settings.ini", F_OK) == 0)
+    }
+
     // MARK: Finding the display
 
     @Test func displayNumbers() {
