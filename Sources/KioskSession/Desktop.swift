@@ -172,12 +172,14 @@ extension Desktop {
         case .x11:
             // A bare X server and a window manager: Orca the service runs,
             // the colour features through the picom it runs
-            // (`X11CompositorDriver`).
+            // (`X11CompositorDriver`), GTK's settings through its
+            // xsettingsd (`X11SettingsDriver`).
             return FeatureRealisation(
-                byKeys: [:], byProgram: [.screenReader],
+                byKeys: [:], byProgram: [.screenReader, .invertColors, .grayscale, .highContrast, .largeText, .reduceMotion],
                 notes: [
                     .zoom: "X11 has no compositor zoom here: picom has none",
-                    .onScreenKeyboard: "no on-screen keyboard is run on X11",
+                    .onScreenKeyboard:
+                        "no on-screen keyboard is run on X11: onboard, the packaged one, docks only through GSettings keys of its own, and floating it covers the kiosk's app under matchbox",
                 ])
         case .none:
             return FeatureRealisation(byKeys: [:], byProgram: [])
@@ -228,7 +230,8 @@ struct FeatureRealisation: Hashable, Sendable {
     var byKeys: [Feature: FeatureCapability.Reach]
     /// Features nothing in the session delivers from the key, for which the
     /// service runs a program in the session (`ProgramKind`): Orca, an
-    /// on-screen keyboard. Their keys are written too.
+    /// on-screen keyboard; on X11 picom and xsettingsd too. Their keys are
+    /// written too.
     var byProgram: Set<Feature>
     /// Why the desktop does not act on a feature, where there is more to
     /// say than that.

@@ -139,12 +139,11 @@ import GuidedAccessCore
         }
     }
 
-    /// X11's colour features are the compositor driver's, not the desktop's.
-    @Test func x11AndKwinGetOnlyTheScreenReaderAndNoneNothing() {
-        for desktop in [Desktop.x11, .kwin] {
-            let realisation = desktop.realisation(Self.bare)
-            #expect(realisation.byKeys.isEmpty && realisation.byProgram == [.screenReader])
-        }
+    /// X11's colour features and GTK settings are programs the service runs (picom, xsettingsd).
+    @Test func x11GetsItsProgramsKwinOnlyTheScreenReaderAndNoneNothing() {
+        #expect(Desktop.kwin.realisation(Self.bare) == FeatureRealisation(byKeys: [:], byProgram: [.screenReader]))
+        let x11 = Desktop.x11.realisation(Self.bare)
+        #expect(x11.byKeys.isEmpty && x11.byProgram == Set(Feature.allCases).subtracting([.zoom, .onScreenKeyboard]))
         #expect(Desktop.x11.realisation(Self.bare).notActing(.zoom, on: .x11).contains("picom has none"))
         #expect(Desktop.none.realisation(Self.gnomeSession) == FeatureRealisation(byKeys: [:], byProgram: []))
     }
