@@ -42,8 +42,8 @@ public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
     private var events: (@Sendable (DriverEvent) -> Void)?
     private let asking = OneAtATime()
 
-    /// How long picom may take to hold the compositor's selection before
-    /// the call that started it returns anyway.
+    /// How long picom may take to show the filter before the call that
+    /// started it returns anyway.
     static let readyBound: Duration = .seconds(1)
 
     public init(
@@ -150,6 +150,7 @@ public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
         }
         let executable = SessionProbe(environment: desktop.environment).executable(ProgramKind.compositor.executable)
         guard let executable else { throw DriverFailure(.failed, "picom is not installed; nothing was changed") }
+        let before = try? await X11Display.sample(of: display.x11Display ?? "", xauthority: display.xauthority, loop: loop)
         do throws(ProgramError) {
             let record = try await program.start(
                 executable, arguments: Self.arguments(wanted), environment: desktop.programEnvironment)
@@ -158,24 +159,25 @@ public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
         } catch {
             throw DriverFailure(.failed, "\(wanted.sorted()[0]): picom: \(error.message); nothing was changed")
         }
-        await untilComposited(display)
+        await untilShown(display, before: before)
         return true
     }
 
-    /// Returns once a compositor holds the screen's selection (picom took
-    /// it, and paints from its next frame), or after `readyBound`: the
-    /// caller's reply then means the change is on the screen.
-    private func untilComposited(_ display: SessionDisplay) async {
-        guard let x11 = display.x11Display else { return }
+    /// Returns once the screen shows the filter — a sample of it differs
+    /// from `before` — or after `readyBound` (a screen the filter does not
+    /// change where it is sampled, an X server that cannot be asked): the
+    /// caller's reply then means the customer sees it. picom takes the
+    /// compositor's selection at once but paints its first frame only once
+    /// OpenGL is up (≈ 0.2 s on Mesa's software renderer).
+    private func untilShown(_ display: SessionDisplay, before: [UInt8]?) async {
+        guard let x11 = display.x11Display, let before else { return }
         let deadline = X11Display.now() + Self.readyBound
         while X11Display.now() < deadline, run != nil {
-            if let facts = try? await X11Display.facts(of: x11, xauthority: display.xauthority, loop: loop),
-                facts.compositor != nil
-            {
-                return
-            }
+            guard let now = try? await X11Display.sample(of: x11, xauthority: display.xauthority, loop: loop) else { return }
+            if now != before { return }
             guard (try? await loop.sleep(for: .milliseconds(10))) != nil else { return }
         }
+        logger.info("compositor: the screen looked the same \(Self.readyBound) after picom started; going on")
     }
 
     /// picom's arguments for `features`: the GLX backend, the shader, no

@@ -47,14 +47,31 @@ public enum X11Display {
         of display: String, xauthority: String?, loop: EventLoop, within bound: Duration = .seconds(1),
         socketDirectory: String = SessionProbe.x11SocketDirectory
     ) async throws(X11Error) -> X11DisplayFacts {
+        let connection = try connect(display, xauthority: xauthority, loop: loop, within: bound, socketDirectory)
+        defer { connection.close() }
+        return try await connection.facts()
+    }
+
+    /// A sample of what the screen shows: the pixels of an 8 × 8 grid over
+    /// the root window (as composited). Two samples differ when a filter
+    /// came on or went, wherever the screen has colour or light to change.
+    public static func sample(
+        of display: String, xauthority: String?, loop: EventLoop, within bound: Duration = .seconds(1)
+    ) async throws(X11Error) -> [UInt8] {
+        let connection = try connect(display, xauthority: xauthority, loop: loop, within: bound, SessionProbe.x11SocketDirectory)
+        defer { connection.close() }
+        return try await connection.sample()
+    }
+
+    private static func connect(
+        _ display: String, xauthority: String?, loop: EventLoop, within bound: Duration, _ socketDirectory: String
+    ) throws(X11Error) -> X11Connection {
         guard let number = displayNumber(display) else { throw X11Error("'\(display)' is not a local X display") }
         let cookie = xauthority.flatMap { try? FileContents.read($0) }.flatMap { Xauthority.cookie(in: $0, display: number) }
         guard let fd = UnixSocket.connect(socketDirectory + "/X\(number)") else {
             throw X11Error("nothing listens on the socket of display \(display)")
         }
-        let connection = X11Connection(fd: fd, loop: loop, deadline: Self.now() + bound)
-        defer { connection.close() }
-        return try await connection.facts(cookie: cookie)
+        return X11Connection(fd: fd, loop: loop, deadline: Self.now() + bound, cookie: cookie)
     }
 
     /// `:0`, `:0.0`, `unix:0` → 0; nil for a display on another host.
@@ -113,26 +130,31 @@ private final class X11Connection: @unchecked Sendable {
     private let fd: Int32
     private let loop: EventLoop
     private let deadline: Duration
+    private let cookie: [UInt8]?
     private var input: [UInt8] = []
 
-    init(fd: Int32, loop: EventLoop, deadline: Duration) {
+    init(fd: Int32, loop: EventLoop, deadline: Duration, cookie: [UInt8]?) {
         self.fd = fd
         self.loop = loop
         self.deadline = deadline
+        self.cookie = cookie
     }
 
     func close() { Glibc.close(fd) }
 
-    func facts(cookie: [UInt8]?) async throws(X11Error) -> X11DisplayFacts {
-        // The setup request (little-endian), and the first round with it.
+    /// The setup request (little-endian), to go with the first round.
+    private var setup: [UInt8] {
         var setup: [UInt8] = [0x6c, 0]
         setup += Self.u16(11) + Self.u16(0)
         let name = cookie == nil ? [] : Array("MIT-MAGIC-COOKIE-1".utf8)
         setup += Self.u16(name.count) + Self.u16(cookie?.count ?? 0) + [0, 0]
-        setup += Self.padded(name) + Self.padded(cookie ?? [])
+        return setup + Self.padded(name) + Self.padded(cookie ?? [])
+    }
+
+    func facts() async throws(X11Error) -> X11DisplayFacts {
         let names = ["_NET_WM_CM_S0", "_XSETTINGS_S0", "_NET_WM_PID"]
         try send(setup + names.flatMap { Self.internAtom($0) } + Self.queryExtension("GLX"))
-        try await readSetup()
+        _ = try await readSetup()
         let first = try await replies(names.count + 1)
         let atoms = first.prefix(names.count).map { $0.map { Self.u32($0, at: 8) } ?? 0 }
         var facts = X11DisplayFacts(compositor: nil, settingsManager: nil, hasGLX: first[names.count].map { $0[8] != 0 } ?? false)
@@ -166,15 +188,41 @@ private final class X11Connection: @unchecked Sendable {
         return owner
     }
 
+    func sample() async throws(X11Error) -> [UInt8] {
+        try send(setup)
+        let screen = try await readSetup()
+        var requests: [UInt8] = []
+        for row in 0..<8 {
+            for column in 0..<8 {
+                // GetImage, ZPixmap, one pixel, every plane.
+                let x = (2 * column + 1) * screen.width / 16, y = (2 * row + 1) * screen.height / 16
+                requests += Self.request(
+                    73, 2, Self.u32(screen.root) + Self.u16(x) + Self.u16(y) + Self.u16(1) + Self.u16(1) + Self.u32(~0))
+            }
+        }
+        try send(requests)
+        return try await replies(64).flatMap { $0.map { Array($0.dropFirst(32)) } ?? [] }
+    }
+
     // MARK: Reading
 
-    private func readSetup() async throws(X11Error) {
+    /// The setup reply; the first screen's root window and size.
+    private func readSetup() async throws(X11Error) -> (root: UInt32, width: Int, height: Int) {
         let head = try await read(8)
         let total = 8 + 4 * (Int(head[6]) | Int(head[7]) << 8)
         let message = try await read(total)
         input.removeFirst(total)
         switch head[0] {
-        case 1: return
+        case 1:
+            // 32 bytes of fixed fields, the vendor (padded), the formats
+            // (8 bytes each), then the screens: root, …, width, height.
+            guard message.count >= 40 else { throw X11Error("a setup reply of \(message.count) bytes") }
+            let vendor = Int(message[24]) | Int(message[25]) << 8, formats = Int(message[29])
+            let screen = 40 + (vendor + 3) / 4 * 4 + 8 * formats
+            guard message.count >= screen + 24 else { throw X11Error("a setup reply without a screen") }
+            let width = Int(message[screen + 20]) | Int(message[screen + 21]) << 8
+            let height = Int(message[screen + 22]) | Int(message[screen + 23]) << 8
+            return (Self.u32(message, at: screen), width, height)
         case 0:
             let reason = String(decoding: message.dropFirst(8).prefix(Int(head[1])), as: UTF8.self)
             throw X11Error("the X server refused the connection: \(reason.isEmpty ? "no reason given" : reason)")
