@@ -1,4 +1,5 @@
 import DBus
+import Foundation
 import Glibc
 import GuidedAccessCore
 import Testing
@@ -138,15 +139,18 @@ import Testing
                 of: ":5", xauthority: nil, loop: loop, within: .milliseconds(300), socketDirectory: directory)
         }
         let took = X11Display.now() - started
-        #expect(took >= .milliseconds(290) && took < .seconds(2), "took \(took)")
+        // Parallel tests may keep this task waiting for a thread a while.
+        #expect(took >= .milliseconds(290) && took < .seconds(10), "took \(took)")
 
-        // The first connection waits in the backlog (closed by now); the second hangs up.
-        let hangUp = Task.detached {
+        // The first connection waits in the backlog (closed by now); the
+        // second hangs up. On a thread of its own: accept blocks.
+        let hangUp = Thread {
             for _ in 0..<2 {
                 let peer = accept(server, nil, nil)
                 if peer >= 0 { close(peer) }
             }
         }
+        hangUp.start()
         let second = X11Display.now()
         do {
             _ = try await X11Display.facts(of: ":5", xauthority: nil, loop: loop, within: .seconds(5), socketDirectory: directory)
@@ -154,8 +158,7 @@ import Testing
         } catch {
             #expect(error.description.contains("closed"), "\(error)")
         }
-        #expect(X11Display.now() - second < .seconds(2))
-        await hangUp.value
+        #expect(X11Display.now() - second < .seconds(4), "an X server that hung up was waited for")
         await #expect(throws: X11Error.self) {
             try await X11Display.facts(of: "remote:0", xauthority: nil, loop: loop, socketDirectory: directory)
         }
