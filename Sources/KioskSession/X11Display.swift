@@ -182,7 +182,8 @@ private final class X11Connection: @unchecked Sendable {
         owner.name = owner.pid.flatMap(ProcessTable.name(of:))
         if owner.name == nil, let reply = properties[1], reply[1] == 8 {
             let length = min(Int(Self.u32(reply, at: 16)), reply.count - 32)
-            let text = String(decoding: reply[32..<(32 + max(length, 0))], as: UTF8.self)
+            // A window's name is anyone's text: printable ASCII of it, for a reason and a log line.
+            let text = String(decoding: reply[32..<(32 + max(length, 0))].filter { $0 >= 0x20 && $0 < 0x7f }, as: UTF8.self)
             if !text.isEmpty { owner.name = text }
         }
         return owner
