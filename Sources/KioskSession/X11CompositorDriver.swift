@@ -275,7 +275,13 @@ public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
                 notes.append(DriverNote(.error, "compositor: cannot start picom for the resumed session: \(error)"))
             }
         }
-        capabilities = currentCapabilities()
+        // Asked at start, the picom adopted here held the selection: a
+        // compositor of the kiosk's own, it seemed.
+        let new = currentCapabilities()
+        if new != capabilities {
+            capabilities = new
+            events?(.changed)
+        }
         if run == nil { Task(executorPreference: loop) { await self.askAgain() } }
         return notes
     }

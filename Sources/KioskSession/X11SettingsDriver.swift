@@ -264,7 +264,14 @@ public final class X11SettingsDriver: FeatureDriver, @unchecked Sendable {
         } catch {
             notes.append(DriverNote(.error, "xsettings: cannot \(goesOn ? "resume" : "restore") GTK's settings: \(error)"))
         }
-        capabilities = currentCapabilities()
+        // Asked at start, the xsettingsd adopted here held the selection: a
+        // settings manager of the kiosk's own, it seemed.
+        let new = currentCapabilities()
+        if new != capabilities {
+            capabilities = new
+            events?(.changed)
+        }
+        if run == nil { Task(executorPreference: loop) { await self.askAgain() } }
         return notes
     }
 }
