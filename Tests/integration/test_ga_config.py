@@ -98,6 +98,21 @@ def test_an_invalid_config_is_a_start_up_error_naming_file_group_key_value(ga_en
 # ---------------------------------------------------------------- who is admitted
 
 
+def test_the_shipped_example_configuration_copied_as_it_is_into_user_mode_admits_the_kiosk_user(ga_env):
+    """systemd/guidedaccess.conf.example (installed as
+    /usr/share/doc/guidedaccess/examples/guidedaccess.conf) copied as it is:
+    every key commented out, so the defaults hold — in user mode the bus's own
+    user starts and ends sessions. (An uncommented empty [Clients] or
+    [Operators] group replaced the built-in rule and denied every call.)"""
+    example = Path(__file__).resolve().parents[2] / "systemd" / "guidedaccess.conf.example"
+    text = example.read_text()
+    config = ga_env.write_config(text.replace("#Desktop=auto", "Desktop=gnome-shell"), name="example.conf")
+    start_guidedaccessd(ga_env, config=config)
+    ok(ga_env.busctl_call("StartSession", *busctl_options(features=["zoom"])))
+    assert Recorder(ga_env).prop("EnabledFeatures") == ["zoom"]
+    ok(ga_env.busctl_call("EndSession"))
+
+
 def test_clients_allow_users_admits_that_user_and_no_longer_the_bus_user(ga_env, errmon_factory):
     config = ga_env.write_config("[Service]\nDesktop=gnome-shell\n[Clients]\nAllowUsers=nobody\n")
     daemon = start_guidedaccessd(ga_env, config=config)
