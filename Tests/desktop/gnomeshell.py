@@ -55,6 +55,7 @@ import colorsys
 import ctypes
 import os
 import shutil
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -89,10 +90,24 @@ KEY_TAB = 0xff09
 KEY_SHIFT = 0xffe1
 KEY_RETURN = 0xff0d
 
-# The holder of a desktop's mount namespace: a private /tmp whose
-# .X11-unix Xwayland accepts; "ready" once it is mounted.
-NAMESPACE_HOLDER = ("mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp && mkdir -m 1777 /tmp/.X11-unix "
-                    "&& echo ready && exec sleep infinity")
+def namespace_holder(tmpfs_name):
+    """The script of the holder of a desktop's mount namespace: a private
+    /tmp whose .X11-unix Xwayland accepts; "ready" once it is mounted. A
+    checkout under /tmp (a clone there) is bound into the private /tmp at
+    its own path — the holder's working directory keeps the host's — so that
+    its scripts and programs (gtk_button.py, .build, .venv) stay visible."""
+    repo = str(REPO_ROOT)
+    before = after = ""
+    if repo.startswith("/tmp/"):
+        quoted = shlex.quote(repo)
+        before = f"cd {quoted} && "
+        # --no-canonicalize: "." is the working directory itself, not its path, which is the new /tmp's.
+        after = f" && mkdir -p {quoted} && mount --no-canonicalize --bind . {quoted} && cd /"
+    return (f"{before}mount -t tmpfs -o mode=1777,nosuid,nodev {tmpfs_name} /tmp && mkdir -m 1777 /tmp/.X11-unix"
+            f"{after} && echo ready && exec sleep infinity")
+
+
+NAMESPACE_HOLDER = namespace_holder("tmpfs")
 CLONE_NEWNS = 0x00020000
 
 BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"

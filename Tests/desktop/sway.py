@@ -49,7 +49,8 @@ from pathlib import Path
 
 import speech
 from gnomeshell import (
-    BUS_CONFIG, DAEMON_BINARY, GA_NAME, die_with_parent, kill_all, processes_in_mount_namespace, processes_in_sessions,
+    BUS_CONFIG, DAEMON_BINARY, GA_NAME, die_with_parent, kill_all, namespace_holder, processes_in_mount_namespace,
+    processes_in_sessions,
     wait_for_name,
 )
 
@@ -206,8 +207,7 @@ class Desktop:
         /tmp/.X11-unix as Xwayland wants it."""
         holder = self._spawn_root("namespace", [
             TOOLS["unshare"], "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-            "mount -t tmpfs -o mode=1777,nosuid,nodev ga-sway-tmp /tmp && mkdir -m 1777 /tmp/.X11-unix "
-            "&& echo ready && exec sleep infinity"], env={"PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE)
+            namespace_holder("ga-sway-tmp")], env={"PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE)
         line = holder.stdout.readline().decode()
         holder.stdout.close()
         if line != "ready\n":
