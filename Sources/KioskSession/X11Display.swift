@@ -2,6 +2,7 @@ import CLinux
 import DBus
 import Glibc
 import GuidedAccessCore
+import Synchronization
 
 /// The owner of an X selection: who holds `_NET_WM_CM_S0` (the compositor
 /// of screen 0) or `_XSETTINGS_S0` (the settings manager).
@@ -276,22 +277,22 @@ private final class X11Connection: @unchecked Sendable {
         guard left > .zero else { throw X11Error("the X server did not answer in time") }
         let wait = FDWait()
         let loop = self.loop, fd = self.fd
-        let ready = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-            wait.start(continuation)
-            wait.token = loop.addSource(fd: fd, events: EPOLLIN.rawValue) { _ in wait.finish(true) }
-            wait.timer = Task(executorPreference: loop) {
-                guard (try? await loop.sleep(for: left)) != nil else { return }
-                wait.finish(false)
-            }
+        let token = loop.addSource(fd: fd, events: EPOLLIN.rawValue) { _ in wait.finish(true) }
+        let timer = Task(executorPreference: loop) {
+            guard (try? await loop.sleep(for: left)) != nil else { return }
+            wait.finish(false)
         }
-        if let token = wait.token { loop.removeSource(token, fd: fd) }
-        wait.timer?.cancel()
+        let ready = await withCheckedContinuation { wait.start($0) }
+        loop.removeSource(token, fd: fd)
+        timer.cancel()
         guard ready else { throw X11Error("the X server did not answer in time") }
     }
 
     private func send(_ bytes: [UInt8]) throws(X11Error) {
         // A few hundred bytes into an empty socket: all of it or an error.
-        let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        // MSG_NOSIGNAL: a server that hung up is an error here, not a SIGPIPE that ends the process.
+        let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        if n < 0, errno == EPIPE || errno == ECONNRESET { throw X11Error("the X server closed the connection") }
         guard n == bytes.count else { throw X11Error("writing to the X server failed") }
     }
 
@@ -321,17 +322,33 @@ private final class X11Connection: @unchecked Sendable {
     }
 }
 
-/// One wait for a descriptor or a deadline, resumed once, on the loop.
-private final class FDWait: @unchecked Sendable {
-    private var continuation: CheckedContinuation<Bool, Never>?
-    var token: EventLoop.SourceToken?
-    var timer: Task<Void, Never>?
+/// One wait for a descriptor or a deadline, resumed once: the descriptor's
+/// handler and the timer run on the loop, the waiter on whatever executor
+/// called (the service's is the loop; a test's is not), so its state is
+/// behind a lock.
+private final class FDWait: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<Bool, Never>?
+        var outcome: Bool?
+    }
+    private let state = Mutex(State())
 
-    func start(_ continuation: CheckedContinuation<Bool, Never>) { self.continuation = continuation }
+    /// Keeps `continuation`, or resumes it at once if the wait is over already.
+    func start(_ continuation: CheckedContinuation<Bool, Never>) {
+        let outcome = state.withLock { s -> Bool? in
+            if s.outcome == nil { s.continuation = continuation }
+            return s.outcome
+        }
+        if let outcome { continuation.resume(returning: outcome) }
+    }
 
     func finish(_ ready: Bool) {
-        guard let continuation else { return }
-        self.continuation = nil
-        continuation.resume(returning: ready)
+        let continuation = state.withLock { s -> CheckedContinuation<Bool, Never>? in
+            guard s.outcome == nil else { return nil }
+            s.outcome = ready
+            defer { s.continuation = nil }
+            return s.continuation
+        }
+        continuation?.resume(returning: ready)
     }
 }
