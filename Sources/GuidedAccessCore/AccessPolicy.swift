@@ -11,6 +11,21 @@ public enum PolkitAction: String, Hashable, Sendable, CaseIterable {
 
     /// Clients are decided by `[Clients]`; the two operator actions by `[Operators]`.
     public var isOperatorAction: Bool { self != .startSession }
+
+    /// The way in for a caller refused this action, for the error's
+    /// message: the keys of guidedaccess.conf that would admit it (its
+    /// user, its program), and in system mode a polkit rule. `userName`:
+    /// the caller's user's name, where it has one.
+    public func wayIn(for identity: CallerIdentity, userName: String?, polkit: Bool) -> String {
+        let group = isOperatorAction ? "Operators" : "Clients"
+        var ways = ["[\(group)] AllowUsers=\(userName ?? String(identity.uid))"]
+        if !isOperatorAction, let path = identity.executablePath { ways.append("AllowExecutables=\(path)") }
+        var text = "to admit uid \(identity.uid)"
+        if let path = identity.executablePath { text += " running \(path)" }
+        text += ", add " + ways.joined(separator: " or ") + " to guidedaccess.conf (see guidedaccess.conf(5))"
+        if polkit { text += ", or allow \(rawValue) in a polkit rule" }
+        return text
+    }
 }
 
 /// What the lists say about a caller for an action.

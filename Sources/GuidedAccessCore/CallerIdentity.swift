@@ -106,3 +106,17 @@ public struct OwnerIdentity: Hashable, Sendable, CustomStringConvertible {
         return "page \(origin) in the browser of \(program)"
     }
 }
+
+/// The system's users, by uid.
+public enum SystemUsers {
+    /// The name of user `uid`, or nil when it has none.
+    public static func name(of uid: UInt32) -> String? {
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getpwuid_r(uid, &entry, &buffer, buffer.count, &result) == 0, result != nil, let name = entry.pw_name else {
+            return nil
+        }
+        return String(cString: name)
+    }
+}

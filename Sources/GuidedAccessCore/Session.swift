@@ -186,13 +186,15 @@ public struct Session: Hashable, Sendable {
             case .successor:
                 // Options cannot change a running session: resuming takes it as it is.
                 guard !hasOptions else {
-                    throw .invalidArgs("resuming the session of \(session.ownerIdentity) takes no options")
+                    throw .invalidArgs(
+                        "resuming the session of \(session.ownerIdentity) takes no options: call StartSession with none to take it over, then ConfigureForSession")
                 }
                 return .takeOver
             case .owner:
-                throw .sessionBusy("the caller \(caller.uniqueName) already owns the active session")
+                throw .sessionBusy(
+                    "the caller \(caller.uniqueName) already owns the active session: change its features with ConfigureForSession, or end it with EndSession")
             case .other:
-                throw .sessionBusy("a session owned by \(session.owner ?? "a departed \(session.ownerIdentity)") is active")
+                throw .sessionBusy("a session owned by \(session.owner ?? "a departed \(session.ownerIdentity)") is active; \(Self.wayOut)")
             }
         case .configureForSession, .endSession:
             guard let session else { throw .notInSession("no session is active (caller \(caller.uniqueName))") }
@@ -206,4 +208,11 @@ public struct Session: Hashable, Sendable {
             }
         }
     }
+}
+
+extension Session {
+    /// How a caller that finds another's session active gets its turn, for
+    /// `SessionBusy`.
+    public static let wayOut =
+        "it ends with EndSession by its owner or an operator (guidedaccessctl end), or at its time limit; once its owner has left the bus, a program of the same user and executable takes it over with StartSession and no options"
 }

@@ -104,7 +104,7 @@ public final class PolkitAuthority: Authority {
         if authorized { return }
         if challenge && !interactive {
             throw .interactiveAuthorizationRequired(
-                "\(action) needs authentication; call again with ALLOW_INTERACTIVE_AUTHORIZATION")
+                "\(action) needs authentication, which an unattended kiosk cannot give; a person at a terminal can call again with ALLOW_INTERACTIVE_AUTHORIZATION (guidedaccessctl asks for a password)")
         }
         throw .notAuthorized("polkit does not allow \(busName) to perform \(action)")
     }

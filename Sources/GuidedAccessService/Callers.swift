@@ -171,8 +171,21 @@ extension GuidedAccessService {
     func authorize(_ action: PolkitAction, _ caller: BusCaller, _ call: Requester) async throws {
         switch call {
         case .bus(let call):
-            try await settings.authority.authorize(
-                action: action.id, caller: caller, interactive: call.allowInteractiveAuthorization)
+            do throws(GuidedAccessError) {
+                try await settings.authority.authorize(
+                    action: action.id, caller: caller, interactive: call.allowInteractiveAuthorization)
+            } catch {
+                // The way in, named: the keys (or the polkit rule) that would admit this caller.
+                let wayIn = action.wayIn(
+                    for: caller.identity, userName: SystemUsers.name(of: caller.identity.uid),
+                    polkit: settings.mode == .system)
+                switch error {
+                case .notAuthorized(let message): throw GuidedAccessError.notAuthorized("\(message); \(wayIn)")
+                case .interactiveAuthorizationRequired(let message):
+                    throw GuidedAccessError.interactiveAuthorizationRequired("\(message); \(wayIn)")
+                default: throw error
+                }
+            }
         case .page:
             throw GuidedAccessError.notAuthorized(
                 "the page \(caller.identity.origin ?? "") may not \(action.pageDescription): [Browser] AllowOrigins makes a page a client, never an operator (an operator ends it with guidedaccessctl end)")

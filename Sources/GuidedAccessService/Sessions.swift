@@ -36,7 +36,7 @@ extension GuidedAccessService {
                     throw error
                 }
             case .asOwner, .needsOperator:
-                throw GuidedAccessError.sessionBusy("a session is active")
+                throw GuidedAccessError.sessionBusy("a session is active; \(Session.wayOut)")
             }
             return decision
         }

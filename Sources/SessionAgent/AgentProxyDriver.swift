@@ -428,12 +428,6 @@ public final class AgentProxyDriver: FeatureDriver, AgentRegistry, BrowserAttach
 
     /// The name of user `uid`, or its number when it has none.
     static func userName(_ uid: UInt32) -> String {
-        var entry = passwd()
-        var result: UnsafeMutablePointer<passwd>?
-        var buffer = [CChar](repeating: 0, count: 4096)
-        guard getpwuid_r(uid, &entry, &buffer, buffer.count, &result) == 0, result != nil, let name = entry.pw_name else {
-            return String(uid)
-        }
-        return String(cString: name)
+        SystemUsers.name(of: uid) ?? String(uid)
     }
 }

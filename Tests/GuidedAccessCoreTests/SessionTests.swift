@@ -25,10 +25,14 @@ import Testing
 
     @Test func startSessionWhileActiveIsSessionBusyEvenForTheOwner() throws {
         let session = try session()
-        #expect(throws: GuidedAccessError.sessionBusy("the caller :1.10 already owns the active session")) {
+        // Each says the way out: what the owner does instead, how another gets its turn.
+        #expect(
+            throws: GuidedAccessError.sessionBusy(
+                "the caller :1.10 already owns the active session: change its features with ConfigureForSession, or end it with EndSession")
+        ) {
             try Session.decide(.startSession(hasOptions: false), session: session, caller: kiosk)
         }
-        #expect(throws: GuidedAccessError.sessionBusy("a session owned by :1.10 is active")) {
+        #expect(throws: GuidedAccessError.sessionBusy("a session owned by :1.10 is active; \(Session.wayOut)")) {
             try Session.decide(.startSession(hasOptions: false), session: session, caller: kioskRestarted)
         }
     }

@@ -119,6 +119,10 @@ def test_clients_allow_users_admits_that_user_and_no_longer_the_bus_user(ga_env,
     monitor = errmon_factory()
     name, message = monitor.busctl_error(daemon, "StartSession", *busctl_options())  # root, not listed
     assert name == GA_ERROR + "NotAuthorized", message
+    # The way in, named: the caller's user and program, and the keys that would admit them.
+    assert ("to admit uid 0 running /usr/bin/busctl, add [Clients] AllowUsers=root or "
+            "AllowExecutables=/usr/bin/busctl to guidedaccess.conf") in message, message
+    assert "polkit rule" not in message, message  # user mode asks no polkit
     ok(ga_env.busctl_call("StartSession", *busctl_options(features=["zoom"]), prefix=NOBODY))
     rec = Recorder(ga_env)
     assert rec.prop("EnabledFeatures") == ["zoom"]
@@ -145,6 +149,8 @@ def test_operators_group_without_the_bus_user_denies_it_end_session_of_others(ga
     start(rec, features=dbus.Array(["zoom"], signature="s"))  # the owner stays connected
     name, message = monitor.busctl_error(daemon, "EndSession")  # root: a client, no longer an operator
     assert name == GA_ERROR + "NotAuthorized", message
+    assert "to admit uid 0 running /usr/bin/busctl, add [Operators] AllowUsers=root to guidedaccess.conf" in message, \
+        message
     assert rec.prop("SessionActive") is True
     ok(ga_env.busctl_call("EndSession", prefix=NOBODY))  # nobody: an operator
     assert rec.prop("SessionActive") is False
@@ -156,6 +162,9 @@ def test_start_session_by_another_identity_while_the_owner_is_gone_is_session_bu
     rc, out, err = ga_env.gdbus_call("StartSession", "@a{sv} {}")  # gdbus: not the owner's identity
     assert rc != 0, out
     assert "GDBus.Error:" + GA_ERROR + "SessionBusy" in err, err
+    # The way out, named: how it ends, and who may take it over.
+    assert "EndSession by its owner or an operator (guidedaccessctl end), or at its time limit" in err, err
+    assert "a program of the same user and executable takes it over with StartSession and no options" in err, err
 
 
 # ---------------------------------------------------------------- owners across restarts

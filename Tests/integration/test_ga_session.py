@@ -281,6 +281,7 @@ def test_start_session_by_the_connected_owner_is_session_busy(ga_env, gad, rec):
     start(rec)
     name, message = rec.error("StartSession", "a{sv}", ({},))
     assert name == GA_ERROR + "SessionBusy", message
+    assert "change its features with ConfigureForSession, or end it with EndSession" in message, message
 
 
 def test_start_session_by_another_client_is_session_busy(ga_env, gad, rec, errmon):
@@ -345,6 +346,7 @@ def test_takeover_start_session_with_options_is_invalid_args(ga_env, gad, rec, e
     before = ga_env.snapshot()
     name, message = errmon.busctl_error(gad, "StartSession", *busctl_options(features=["grayscale"]))
     assert name == DBUS_ERROR + "InvalidArgs", message
+    assert "call StartSession with none to take it over, then ConfigureForSession" in message, message
     assert rec.prop("EnabledFeatures") == ["zoom"]
     assert_keys(ga_env.snapshot(), before)
 

@@ -65,6 +65,25 @@ def test_polkit_denial_is_not_authorized_and_changes_nothing(ga_env, system_daem
     code, _, err = start_as_nobody(ga_env)
     assert code != 0
     assert "polkit does not allow" in err and START in err, err
+    assert (f"to admit uid 65534 running /usr/bin/busctl, add [Clients] AllowUsers=nobody or "
+            f"AllowExecutables=/usr/bin/busctl to guidedaccess.conf (see guidedaccess.conf(5)), or allow {START} "
+            f"in a polkit rule") in err, err
+    assert not session_active(ga_env)
+
+
+def test_polkit_asking_for_authentication_names_what_an_unattended_kiosk_does_instead(ga_env, system_daemon):
+    """polkit would ask (auth_admin): a non-interactive call is
+    InteractiveAuthorizationRequired, whose message says what a kiosk with
+    no one at it does instead (admit the program) before the interactive way."""
+    polkit = start_mock(ga_env, "polkitd")
+    polkit.AddMethod("org.freedesktop.PolicyKit1.Authority", "CheckAuthorization", "(sa{sv})sa{ss}us", "(bba{ss})",
+                     "ret = (False, True, {})", dbus_interface="org.freedesktop.DBus.Mock")
+    system_daemon()
+    code, _, err = start_as_nobody(ga_env)
+    assert code != 0
+    assert "needs authentication, which an unattended kiosk cannot give" in err, err
+    assert "[Clients] AllowUsers=nobody or AllowExecutables=/usr/bin/busctl" in err and "polkit rule" in err, err
+    assert "ALLOW_INTERACTIVE_AUTHORIZATION" in err, err
     assert not session_active(ga_env)
 
 
