@@ -65,6 +65,25 @@ public final class SessionDesktopDriver: DesktopDriver, @unchecked Sendable {
         await detect(initial: true)
     }
 
+    /// A display's socket that appeared but does not listen yet is looked
+    /// at again after 50 ms, then after twice as long each time, while it
+    /// is new (`SessionProbe.newSocketNotListening`): the last delay, or
+    /// nil when none is pending.
+    private var settleDelay: Duration?
+    private var settling: Task<Void, Never>?
+
+    private func lookAgainSoon() {
+        guard settling == nil else { return }
+        let delay = settleDelay.map { $0 * 2 } ?? .milliseconds(50)
+        settleDelay = delay
+        let loop = connection.loop
+        settling = Task(executorPreference: loop) { [self] in
+            guard (try? await loop.sleep(for: delay)) != nil else { return }
+            settling = nil
+            await redetect()
+        }
+    }
+
     /// `follower` is called whenever what was detected changes, before the service hears of it.
     func follow(_ follower: @escaping () -> Void) {
         followers.append(follower)
@@ -78,6 +97,7 @@ public final class SessionDesktopDriver: DesktopDriver, @unchecked Sendable {
 
     private func detect(initial: Bool) async {
         let probe = SessionProbe(environment: environment)
+        defer { if probe.newSocketNotListening() { lookAgainSoon() } else { settleDelay = nil } }
         var names: Set<String> = []
         for name in Desktop.watchedBusNames where (try? await connection.nameOwner(name)) != nil {
             names.insert(name)

@@ -110,6 +110,27 @@ public struct SessionProbe: Sendable {
         return (":\(number)", pid)
     }
 
+    /// Whether a display socket appeared in the last `seconds` that does
+    /// not answer yet: a server makes its socket (which the watch sees)
+    /// before it listens, so detection right then passes it over.
+    public func newSocketNotListening(within seconds: Int = 5) -> Bool {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var candidates = Self.entries(of: Self.x11SocketDirectory).filter { DisplaySocketWatch.isDisplayName(Substring($0)) && $0.hasPrefix("X") }
+            .map { Self.x11SocketDirectory + "/" + $0 }
+        if let runtimeDirectory {
+            candidates += Self.entries(of: runtimeDirectory).filter(Self.isWaylandSocketName).map { runtimeDirectory + "/" + $0 }
+        }
+        for path in candidates {
+            var info = stat()
+            guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFSOCK, now.tv_sec - info.st_ctim.tv_sec <= seconds
+            else { continue }
+            guard let fd = UnixSocket.connect(path) else { return true }
+            close(fd)
+        }
+        return false
+    }
+
     /// The authority file for the X server `pid`: its `-auth` file where
     /// the service may read it, else the one a display manager or `startx`
     /// writes for the user (gdm's in XDG_RUNTIME_DIR, ~/.Xauthority); nil:

@@ -209,3 +209,44 @@ def test_xdg_current_desktop_naming_gnome_kiosk_is_gnome_kiosk(ga_env, tmp_path)
     start_fake_kiosk(ga_env, tmp_path, names=(), program="compositor")
     start_guidedaccessd(ga_env, extra_env={"XDG_CURRENT_DESKTOP": "GNOME-Kiosk:GNOME"})
     assert Recorder(ga_env).prop("Desktop") == "gnome-kiosk"
+
+
+LATE_LISTENER = r"""
+import os, socket, sys, time
+# A compositor as every server makes its socket: bind (the file appears, and
+# the service's watch sees it), some work, then listen.
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(os.path.join(os.environ["XDG_RUNTIME_DIR"], "wayland-0"))
+print("bound", flush=True)
+time.sleep(float(sys.argv[1]))
+listener.listen(8)
+print("listening", flush=True)
+while True:
+    connection, _ = listener.accept()
+    connection.close()
+"""
+
+
+def test_a_display_socket_that_listens_only_after_it_appeared_is_found_once_it_listens(ga_env, tmp_path):
+    """The watch sees a display's socket when its server binds it, before
+    the server listens: the service looks again while the new socket does
+    not answer, and finds the display once it does (the session agent of a
+    kiosk whose X server started with it missed it for good)."""
+    import subprocess
+    import time
+
+    ga_env.stand_for_no_desktop()
+    start_guidedaccessd(ga_env, extra_env={"XDG_CURRENT_DESKTOP": "sway"})
+    rec = Recorder(ga_env)
+    assert rec.prop("Desktop") == "none"
+    script = tmp_path / "late-listener.py"
+    script.write_text(LATE_LISTENER)
+    process = subprocess.Popen(["/usr/bin/python3", str(script), "0.4"], stdout=subprocess.PIPE, env=ga_env.env,
+                               text=True)
+    ga_env._extra_processes.append(process)
+    assert process.stdout.readline().strip() == "bound"
+    assert process.stdout.readline().strip() == "listening"
+    listening = time.monotonic()
+    while Recorder(ga_env).prop("Desktop") != "sway":
+        assert time.monotonic() - listening < 3, "the display that listens now is not found"
+        time.sleep(0.05)
