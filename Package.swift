@@ -80,7 +80,7 @@ let package = Package(
 
         // The driver of the session's features inside the kiosk browser's
         // pages, through Chromium's DevTools protocol: a WebSocket client of
-        // its own on the service's loop (README: "Browser layer").
+        // its own on the service's loop (docs/internals.md: "The browser layer").
         .target(
             name: "BrowserLayer",
             dependencies: [

@@ -2,7 +2,7 @@
 /// and its check, masked frames out, unmasked frames in. Pure functions
 /// over bytes; `DevToolsClient` moves them on the service's loop.
 ///
-/// Why not a WebSocket library: see the README's "Web kiosks" section
+/// Why not a WebSocket library: see docs/internals.md, "Why a WebSocket client of our own"
 /// (measured with scripts/bench-websocket-footprint). `package`: the fuzz
 /// target reads byte streams through it.
 package enum WebSocket {

@@ -1,6 +1,6 @@
 import GuidedAccessClient
 
-// The README's example, kept compiling (never called: it needs the service).
+// docs/client-library.md's example, kept compiling (never called: it needs the service).
 func readmeExample() async throws {
     let guidedAccess = try await GuidedAccessClient.connect()          // .system in system mode
     try await guidedAccess.requestSession(enabled: [.screenReader], options: .init(timeLimit: .seconds(30 * 60)))

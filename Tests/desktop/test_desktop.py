@@ -19,7 +19,7 @@ polled) and asserts on measured pixels, never on keys:
   before (ImageMagick compare -metric AE = 0, the clock left out).
 
 Screenshots of the steps go, 640 px wide, to $GA_DESKTOP_PICTURES (relative
-to the current directory) or else .build/desktop-pictures; the README's
+to the current directory) or else .build/desktop-pictures; the pictures the README links,
 pictures under docs/pictures/ are made with
     GA_DESKTOP_PICTURES=docs/pictures .venv/bin/python -m pytest -q Tests/desktop
 Contract: docs/dbus-api.md, docs/settings-mapping.md."""

@@ -112,7 +112,7 @@ os.kill(os.getppid(), 9)
 def test_a_caller_whose_connecting_process_execs_an_allowed_program_is_admitted_as_the_spec_says(ga_env):
     # Executable identity is the connecting process's program now: a
     # process that connects, forks, and execs the allowed program keeps a
-    # connection in its child that counts as that program (README:
+    # connection in its child that counts as that program (docs/internals.md, "Who a caller is":
     # AllowExecutables alone is no security boundary).
     allowed = installed_copy(ga_env, "/bin/sleep", "kiosk-app", 0o755)
     start_system_daemon(ga_env, f"AllowExecutables={allowed}")
