@@ -15,7 +15,10 @@ it booted, the package installed, the kiosk user's own manager, an X
 display and speech-dispatcher's log ready (user mode, the screen reader).
 `agent_rootfs`: that plus sway, Xwayland and PipeWire; `agent_kiosk`: it
 booted (persistent across `reboot()`), system mode with the session agent
-enabled for every user (test_agent_speech.py).
+enabled for every user (test_agent_speech.py). `x11_rootfs`: that plus
+picom, matchbox and ImageMagick; `x11_kiosk`: it booted, the same system
+mode with an X11 session (Xvfb, matchbox, a GTK window) instead of sway
+(test_x11_agent.py).
 `browser_rootfs`: the base plus Chromium (user_session.py);
 `browser_container`: it booted, the package installed, the kiosk user's
 manager (user mode, test_browser_units.py); `browser_kiosk`: a second one,
@@ -135,6 +138,18 @@ def agent_rootfs(speech_rootfs):
     except nspawn.Unavailable as error:
         pytest.skip(f"container test not run: {error}")
     FACTS["agent root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
+    return root
+
+
+@pytest.fixture(scope="session")
+def x11_rootfs(agent_rootfs):
+    """The agent root filesystem plus picom, matchbox and ImageMagick
+    (user_session.py), cached separately: only test_x11_agent.py pays for it."""
+    try:
+        root, seconds = user_session.ensure_x11_rootfs(agent_rootfs, log=lambda line: print(line, file=sys.stderr))
+    except nspawn.Unavailable as error:
+        pytest.skip(f"container test not run: {error}")
+    FACTS["X11 root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
     return root
 
 
@@ -319,6 +334,31 @@ def agent_kiosk(agent_rootfs, stage, workdir):
         yield ct
     finally:
         shut_down(ct, "agent container")
+
+
+@pytest.fixture(scope="module")
+def x11_kiosk(x11_rootfs, stage, workdir):
+    """An X11 kiosk in system mode with the session agent
+    (test_x11_agent.py): the X11 root filesystem booted, the package
+    installed, the agent and the kiosk's X session (Xvfb, matchbox, the GTK
+    window of Tests/desktop/gtk_button.py) enabled for every user, root's
+    own X server running (user_session.prepare_x11_kiosk); the kiosk user
+    has not logged in yet."""
+    directory = workdir / "x11"
+    directory.mkdir()
+    ct = nspawn.Container(x11_rootfs, stage, directory, suffix="-x11")
+    ct.failure_journal = (f"guidedaccessd and uid {KIOSK_UID}",
+                          ["_SYSTEMD_UNIT=guidedaccessd.service", "+", f"_UID={KIOSK_UID}"])
+    try:
+        FACTS["X11 container: boot"] = f"{ct.boot():.1f} s"
+        _CONTAINER.insert(0, ct)
+        install_package(ct)
+        gtk_button = (REPO_ROOT / "Tests/desktop/gtk_button.py").read_text()
+        for step, seconds in user_session.prepare_x11_kiosk(ct, gtk_button).items():
+            FACTS[f"X11 container: {step}"] = f"{seconds:.2f} s"
+        yield ct
+    finally:
+        shut_down(ct, "X11 container")
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,9 @@ service's screen reader, a transient unit of that manager, needs around it.
 - `ensure_agent_rootfs()`: the speech root filesystem plus sway, Xwayland,
   PipeWire, WirePlumber, pipewire-pulse and parec (AGENT_PACKAGES), cached
   as rootfs-bookworm-agent the same way (test_agent_speech.py only).
+- `ensure_x11_rootfs()`: the agent root filesystem plus picom, matchbox and
+  ImageMagick (X11_PACKAGES), cached as rootfs-bookworm-x11 the same way
+  (test_x11_agent.py only).
 - `ensure_browser_rootfs()`: the base plus Chromium and iproute2
   (BROWSER_PACKAGES), cached as rootfs-bookworm-browser the same way
   (test_browser_units.py only); BROWSER_KIOSK_CONFIG, its system mode.
@@ -18,6 +21,11 @@ service's screen reader, a transient unit of that manager, needs around it.
   through pulse; `start_recording()`, `sound()`, `wait_for_sound()`,
   `last_sound()`: what reaches that sink, recorded with parec, as RMS of
   10 ms windows; `user_processes()`, `journal()`.
+- `prepare_x11_kiosk(ct, gtk_button)`: the same system mode and speech with
+  an X11 session enabled for every user instead of sway (Xvfb with GLX and
+  an -auth file, matchbox, the GTK window of Tests/desktop/gtk_button.py)
+  and root's own X server on a lower display; `screenshot()`,
+  `saturation()`, `pixels_changed()`: the root window with ImageMagick.
 - `prepare(ct)`: the kiosk user (if missing), linger (user@UID.service and
   its bus at /run/user/UID/bus), Xvfb on DISPLAY as a user unit, and
   speechd.conf with `LogLevel 5` and ALSA's null device (no sound card, no
@@ -47,6 +55,12 @@ SPEECH_ROOTFS = f"rootfs-{nspawn.SUITE}-speech"
 # WirePlumber and its pulse server (a null sink to record), parec.
 AGENT_PACKAGES = ["sway", "xwayland", "pipewire", "pipewire-pulse", "wireplumber", "pulseaudio-utils"]
 AGENT_ROOTFS = f"rootfs-{nspawn.SUITE}-agent"
+# The X11 kiosk with the session agent (test_x11_agent.py): the agent root
+# filesystem (Orca, speech-dispatcher, Xvfb, PipeWire and parec) plus picom
+# (the compositor the service runs for invert-colors and grayscale),
+# matchbox (the kiosk's window manager) and ImageMagick (screenshots).
+X11_PACKAGES = ["picom", "matchbox-window-manager", "imagemagick"]
+X11_ROOTFS = f"rootfs-{nspawn.SUITE}-x11"
 # The kiosk browser (test_browser_units.py): Debian 12's Chromium, run
 # headless (no display needed), and iproute2 for `ss` (what listens).
 BROWSER_PACKAGES = ["chromium", "iproute2"]
@@ -123,6 +137,18 @@ def ensure_agent_rootfs(speech, log=print):
     pulse server (AGENT_PACKAGES), built when absent or stale. Returns
     (path, seconds spent building: 0.0 when cached)."""
     return _ensure_layer(speech, AGENT_ROOTFS, agent_stamp_text(), AGENT_PACKAGES, log)
+
+
+def x11_stamp_text():
+    return agent_stamp_text() + f"apt-install={','.join(X11_PACKAGES)}\n"
+
+
+def ensure_x11_rootfs(agent, log=print):
+    """The cached X11 root filesystem: the agent one (AGENT, from
+    ensure_agent_rootfs()) plus picom, matchbox and ImageMagick
+    (X11_PACKAGES), built when absent or stale. Returns (path, seconds
+    spent building: 0.0 when cached)."""
+    return _ensure_layer(agent, X11_ROOTFS, x11_stamp_text(), X11_PACKAGES, log)
 
 
 # System mode for the kiosk browser (test_browser_units.py): the dconf
@@ -542,3 +568,135 @@ def journal(ct, args, user=None):
         stamp = entry.get("_SOURCE_REALTIME_TIMESTAMP") or entry["__REALTIME_TIMESTAMP"]
         entries.append((int(stamp) / 1e6, int(entry.get("_PID", 0)), message))
     return entries
+
+
+# --- an X11 kiosk with the session agent --------------------------------------
+#
+# test_x11_agent.py: the same system mode and speech as the locked kiosk
+# above, but a bare X display instead of sway: the kiosk user's login starts
+# Xvfb with GLX (with an -auth file, as startx runs its server), matchbox and
+# the kiosk's GTK window (Tests/desktop/gtk_button.py), and the agent; the
+# user's manager is given neither DISPLAY nor XAUTHORITY (only the kiosk's
+# own units have them), so the agent finds the X socket and its cookie. A
+# second X server, root's, on a lower display number stands for a display
+# manager's: the agent must take its own user's.
+
+X11_DISPLAY = ":7"
+X11_ROOT_DISPLAY = ":0"
+X11_AUTH = f"/home/{KIOSK_USER}/.serverauth.kiosk"
+X11_ROOT_AUTH = "/root/.serverauth.greeter"
+X11_SIZE = (800, 600)
+X11_SERVER_UNIT = "guidedaccess-test-x11.service"
+X11_SESSION_UNIT = "guidedaccess-test-x11-session.service"
+X11_ROOT_UNIT = "guidedaccess-test-root-x11.service"
+GTK_BUTTON_PATH = "/etc/guidedaccess-test/gtk_button.py"
+X11_LABEL = "Order now"
+# The kiosk app's own look: saturated hues, darker towards the bottom (a GTK
+# user stylesheet), so that grayscale takes much saturation away
+# (Tests/desktop/x11.py's).
+X11_COLOURFUL_CSS = """\
+window {
+  background-image: linear-gradient(to bottom, rgba(0, 0, 0, 0.1), rgba(0, 0, 0, 0.7)),
+                    linear-gradient(to right, #e01b24, #f6d32d, #33d17a, #33c7de, #3584e4, #c061cb);
+}
+"""
+_WAIT_FOR_X_SOCKET = (f"/bin/sh -c 'for i in $(seq 200); do test -S /tmp/.X11-unix/X{X11_DISPLAY[1:]} && exit 0; "
+                      "sleep 0.05; done; exit 1'")
+# The X server, after the sound server (as sway above: the screen reader,
+# which the agent may start once the display is there, finds it ready).
+X11_SERVER_SERVICE = f"""\
+[Unit]
+Description=The kiosk's X server for the X11 agent test
+Wants=pipewire-pulse.service wireplumber.service
+After=pipewire-pulse.service wireplumber.service {RECORDER_UNIT}
+[Service]
+ExecStartPre={WAIT_FOR_SOUND_SERVER}
+ExecStart=/usr/bin/Xvfb {X11_DISPLAY} -screen 0 {X11_SIZE[0]}x{X11_SIZE[1]}x24 +extension GLX -nolisten tcp \\
+    -auth {X11_AUTH}
+[Install]
+WantedBy=default.target
+"""
+# What an .xinitrc would run: the window manager, then the kiosk's app.
+X11_SESSION_SERVICE = f"""\
+[Unit]
+Description=The kiosk's window manager and app for the X11 agent test
+Requires={X11_SERVER_UNIT}
+After={X11_SERVER_UNIT}
+[Service]
+Environment=DISPLAY={X11_DISPLAY} XAUTHORITY={X11_AUTH}
+ExecStartPre={_WAIT_FOR_X_SOCKET}
+ExecStart=/bin/sh -c 'matchbox-window-manager -use_titlebar no & exec python3 -u {GTK_BUTTON_PATH} Order "{X11_LABEL}"'
+[Install]
+WantedBy=default.target
+"""
+# An Xauthority file of one MIT-MAGIC-COOKIE-1 for any address and display
+# NUMBER (startx's ~/.serverauth.NNN), written by python3 in the container.
+_WRITE_XAUTHORITY = r"""
+import os, struct, sys
+path, number = sys.argv[1], sys.argv[2].encode()
+counted = lambda data: struct.pack(">H", len(data)) + data
+entry = (struct.pack(">H", 0xFFFF) + counted(b"") + counted(number) + counted(b"MIT-MAGIC-COOKIE-1")
+         + counted(os.urandom(16)))
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+os.write(fd, entry)
+os.close(fd)
+"""
+
+
+def prepare_x11_kiosk(ct, gtk_button, user=KIOSK_USER):
+    """System mode as for the locked kiosk above (AGENT_CONFIG, the agent
+    enabled for every user, PipeWire's null sink, speech through pulse),
+    with an X11 kiosk session enabled for every user instead of sway: Xvfb
+    on X11_DISPLAY with -auth X11_AUTH, matchbox and the GTK window
+    (GTK_BUTTON, the text of Tests/desktop/gtk_button.py), painted with
+    X11_COLOURFUL_CSS; and root's own X server on X11_ROOT_DISPLAY, running.
+    Nobody has logged in yet. Returns {step: seconds}."""
+    started = time.monotonic()
+    add_user(ct, user)
+    ct.run(["guidedaccess-dconf-profile"])
+    ct.sh("mkdir -p /etc/guidedaccess && cat > /etc/guidedaccess/guidedaccess.conf", input=AGENT_CONFIG)
+    ct.sh(f"mkdir -p {GTK_BUTTON_PATH.rsplit('/', 1)[0]} && cat > {GTK_BUTTON_PATH}", input=gtk_button)
+    ct.sh(f"mkdir -p /etc/systemd/user && cat > /etc/systemd/user/{X11_SERVER_UNIT}", input=X11_SERVER_SERVICE)
+    ct.sh(f"cat > /etc/systemd/user/{X11_SESSION_UNIT}", input=X11_SESSION_SERVICE)
+    ct.sh(f"cat > /etc/systemd/user/{RECORDER_UNIT}", input=RECORDER_SERVICE)
+    ct.sh("mkdir -p /etc/pipewire/pipewire.conf.d && cat > /etc/pipewire/pipewire.conf.d/speech-sink.conf",
+          input=SPEECH_SINK_CONF)
+    ct.sh("mkdir -p ~/.config/speech-dispatcher && cat > ~/.config/speech-dispatcher/speechd.conf", user=user,
+          input=SPEECHD_CONF_PULSE)
+    ct.sh("mkdir -p ~/.config/gtk-3.0 && cat > ~/.config/gtk-3.0/gtk.css", user=user, input=X11_COLOURFUL_CSS)
+    ct.run(["python3", "-c", _WRITE_XAUTHORITY, X11_AUTH, X11_DISPLAY[1:]], user=user)
+    ct.run(["python3", "-c", _WRITE_XAUTHORITY, X11_ROOT_AUTH, X11_ROOT_DISPLAY[1:]])
+    ct.run(["systemd-run", "-q", f"--unit={X11_ROOT_UNIT}", "--description=root's X server (a display manager's)",
+            "--", "/usr/bin/Xvfb", X11_ROOT_DISPLAY, "-screen", "0", "640x480x24", "-nolisten", "tcp",
+            "-auth", X11_ROOT_AUTH])
+    ct.run(["busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig"])
+    ct.run(["systemctl", "daemon-reload"])
+    ct.run(["systemctl", "enable", "--now", "guidedaccessd.service"])
+    ct.run(["systemctl", "--global", "enable", AGENT_UNIT, X11_SERVER_UNIT, X11_SESSION_UNIT])
+    root_socket = f"/tmp/.X11-unix/X{X11_ROOT_DISPLAY[1:]}"
+    wait_for(lambda: ct.run(["test", "-S", root_socket], check=False).returncode == 0, f"root's X socket {root_socket}")
+    return {"system mode, agent and X11 session enabled, root's X server": time.monotonic() - started}
+
+
+def x11(ct, argv, user=KIOSK_USER, **kwargs):
+    """ARGV as the kiosk user, an X client of its display (DISPLAY and
+    XAUTHORITY set, as the kiosk's own programs have them)."""
+    return ct.run(["env", f"DISPLAY={X11_DISPLAY}", f"XAUTHORITY={X11_AUTH}", *argv], user=user, **kwargs)
+
+
+def screenshot(ct, path):
+    """The root window (what the screen shows: the compositor's output while
+    one runs) as a PNG at PATH in the container, by `import -window root`."""
+    x11(ct, ["import", "-silent", "-window", "root", path])
+    return path
+
+
+def saturation(ct, path):
+    """Mean HSL saturation of the image at PATH, 0…1."""
+    return float(ct.run(["convert", path, "-colorspace", "HSL", "-format", "%[fx:mean.g]", "info:"]).stdout)
+
+
+def pixels_changed(ct, a, b):
+    """ImageMagick's `compare -metric AE`: how many pixels differ."""
+    out = ct.run(["compare", "-metric", "AE", a, b, "null:"], check=False)
+    return int(float(out.stderr.split()[0]))
