@@ -25,7 +25,8 @@ import Logging
 public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
     public let name = "x11-compositor"
     static let features: Set<Feature> = [.invertColors, .grayscale]
-    private let desktop: SessionDesktopDriver
+    private let lookout: X11Lookout
+    private var desktop: SessionDesktopDriver { lookout.desktop }
     private let owner: ProgramOwner
     private let loop: EventLoop
     private let program: SessionProgram
@@ -34,13 +35,10 @@ public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
     private var run: (record: ProgramRecord, features: Set<Feature>)?
     /// The displays it was started in: moved, it starts again in the new ones.
     private var startedIn: SessionDisplay?
-    /// What the X server said when last asked, or why it could not be asked.
-    private var facts: Result<X11DisplayFacts, X11Error>?
     package private(set) var capabilities: [Feature: FeatureCapability] = [:]
     package var desktopPart: DesktopPart? { nil }
     package var followsReads: Bool { true }
     private var events: (@Sendable (DriverEvent) -> Void)?
-    private let asking = OneAtATime()
 
     /// How long picom may take to show the filter before the call that
     /// started it returns anyway.
@@ -49,7 +47,11 @@ public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
     public init(
         desktop: SessionDesktopDriver, owner: ProgramOwner = .service, loop: EventLoop, bus: Connection, logger: Logger
     ) {
-        self.desktop = desktop
+        lookout = X11Lookout(.compositor, features: Self.features, reach: .wholeScreen, desktop: desktop, loop: loop) {
+            facts in
+            if let compositor = facts.compositor { return Self.foreign(compositor) }
+            return facts.hasGLX ? nil : "the X server has no GLX extension, which picom's shader needs"
+        }
         self.owner = owner
         self.loop = loop
         self.logger = logger
@@ -59,11 +61,9 @@ public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
     package nonisolated(nonsending) func start(_ events: @escaping @Sendable (DriverEvent) -> Void) async {
         self.events = events
         program.onEvent { [self] event in self.programEvent(event) }
-        desktop.follow { [self, loop] in
-            Task(executorPreference: loop) { await self.askAgain() }
-        }
-        await ask()
-        capabilities = currentCapabilities()
+        lookout.follow { [self] in await askAgain() }
+        await lookout.ask(running: false)
+        capabilities = lookout.capabilities(running: false)
     }
 
     package func supportWasRead() {
@@ -75,53 +75,16 @@ public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
         await askAgain()
     }
 
-    /// Asks the X server again, and tells the service if what it delivers changed.
     private func askAgain() async {
-        await asking.run {
-            await ask()
-            let new = currentCapabilities()
-            guard new != capabilities else { return }
-            capabilities = new
-            events?(.changed)
-        }
+        await lookout.again(running: { run != nil }) { updateCapabilities() }
     }
 
-    private func ask() async {
-        let display = desktop.display
-        guard desktop.desktop == .x11, run == nil, let x11 = display.x11Display else {
-            facts = nil
-            return
-        }
-        do throws(X11Error) {
-            facts = .success(try await X11Display.facts(of: x11, xauthority: display.xauthority, loop: loop))
-        } catch {
-            facts = .failure(error)
-        }
-    }
-
-    /// The colour features on this display now, and why not where not.
-    private func currentCapabilities() -> [Feature: FeatureCapability] {
-        guard desktop.desktop == .x11 else { return [:] }
-        let display = desktop.display
-        var why = ProgramKind.compositor.unavailableReason(
-            installed: SessionProbe(environment: desktop.environment).installation, x11Display: display.x11Display,
-            waylandDisplay: nil)
-        if why == nil, run == nil {
-            switch facts {
-            case .failure(let error)?:
-                why = "the X server of \(display.x11Display ?? "the session") cannot be asked: \(error)"
-            case .success(let facts)?:
-                if let compositor = facts.compositor {
-                    why = Self.foreign(compositor)
-                } else if !facts.hasGLX {
-                    why = "the X server has no GLX extension, which picom's shader needs"
-                }
-            case nil:
-                why = "the X server has not been asked yet"
-            }
-        }
-        let capability: FeatureCapability = why.map { .unavailable($0) } ?? .delivers(.wholeScreen)
-        return Dictionary(uniqueKeysWithValues: Self.features.map { ($0, capability) })
+    /// Tells the service when what it delivers changed.
+    private func updateCapabilities() {
+        let new = lookout.capabilities(running: run != nil)
+        guard new != capabilities else { return }
+        capabilities = new
+        events?(.changed)
     }
 
     static func foreign(_ compositor: X11SelectionOwner) -> String {
@@ -143,10 +106,10 @@ public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
         }
         guard !wanted.isEmpty, run == nil else { return false }
         // A compositor of the kiosk's own may have come since it was last asked.
-        await ask()
-        if case .success(let facts)? = facts, let compositor = facts.compositor {
-            capabilities = currentCapabilities()
-            throw DriverFailure(.unsupported, "\(wanted.sorted()[0]): \(Self.foreign(compositor)); nothing was changed")
+        await lookout.ask(running: false)
+        if let refused = lookout.refused {
+            capabilities = lookout.capabilities(running: false)
+            throw DriverFailure(.unsupported, "\(wanted.sorted()[0]): \(refused); nothing was changed")
         }
         let executable = SessionProbe(environment: desktop.environment).executable(ProgramKind.compositor.executable)
         guard let executable else { throw DriverFailure(.failed, "picom is not installed; nothing was changed") }
@@ -277,11 +240,7 @@ public final class X11CompositorDriver: FeatureDriver, @unchecked Sendable {
         }
         // Asked at start, the picom adopted here held the selection: a
         // compositor of the kiosk's own, it seemed.
-        let new = currentCapabilities()
-        if new != capabilities {
-            capabilities = new
-            events?(.changed)
-        }
+        updateCapabilities()
         if run == nil { Task(executorPreference: loop) { await self.askAgain() } }
         return notes
     }

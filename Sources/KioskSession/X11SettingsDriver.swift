@@ -25,7 +25,8 @@ import Logging
 public final class X11SettingsDriver: FeatureDriver, @unchecked Sendable {
     public let name = "x11-settings"
     static let features: Set<Feature> = [.highContrast, .largeText, .reduceMotion]
-    private let desktop: SessionDesktopDriver
+    private let lookout: X11Lookout
+    private var desktop: SessionDesktopDriver { lookout.desktop }
     private let owner: ProgramOwner
     private let loop: EventLoop
     private let program: SessionProgram
@@ -33,12 +34,10 @@ public final class X11SettingsDriver: FeatureDriver, @unchecked Sendable {
     /// The run going, and the settings its file holds.
     private var run: ProgramRecord?
     private var written: String?
-    private var facts: Result<X11DisplayFacts, X11Error>?
     package private(set) var capabilities: [Feature: FeatureCapability] = [:]
     package var desktopPart: DesktopPart? { nil }
     package var followsReads: Bool { true }
     private var events: (@Sendable (DriverEvent) -> Void)?
-    private let asking = OneAtATime()
 
     /// How long GTK is given to take the restored values before xsettingsd
     /// stops (a theme: 32–50 ms measured here).
@@ -47,7 +46,10 @@ public final class X11SettingsDriver: FeatureDriver, @unchecked Sendable {
     public init(
         desktop: SessionDesktopDriver, owner: ProgramOwner = .service, loop: EventLoop, bus: Connection, logger: Logger
     ) {
-        self.desktop = desktop
+        // GTK's apps read them (as on Wayland through dconf): a part of the screen.
+        lookout = X11Lookout(.settingsManager, features: Self.features, reach: .part, desktop: desktop, loop: loop) {
+            facts in facts.settingsManager.map(Self.foreign)
+        }
         self.owner = owner
         self.loop = loop
         self.logger = logger
@@ -57,10 +59,8 @@ public final class X11SettingsDriver: FeatureDriver, @unchecked Sendable {
     package nonisolated(nonsending) func start(_ events: @escaping @Sendable (DriverEvent) -> Void) async {
         self.events = events
         program.onEvent { [self] event in self.programEvent(event) }
-        desktop.follow { [self, loop] in
-            Task(executorPreference: loop) { await self.askAgain() }
-        }
-        await ask()
+        lookout.follow { [self] in await askAgain() }
+        await lookout.ask(running: false)
         capabilities = currentCapabilities()
     }
 
@@ -74,48 +74,21 @@ public final class X11SettingsDriver: FeatureDriver, @unchecked Sendable {
     }
 
     private func askAgain() async {
-        await asking.run {
-            await ask()
-            let new = currentCapabilities()
-            guard new != capabilities else { return }
-            capabilities = new
-            events?(.changed)
-        }
-    }
-
-    private func ask() async {
-        let display = desktop.display
-        guard desktop.desktop == .x11, run == nil, let x11 = display.x11Display else {
-            facts = nil
-            return
-        }
-        do throws(X11Error) {
-            facts = .success(try await X11Display.facts(of: x11, xauthority: display.xauthority, loop: loop))
-        } catch {
-            facts = .failure(error)
-        }
+        await lookout.again(running: { run != nil }) { updateCapabilities() }
     }
 
     private func currentCapabilities() -> [Feature: FeatureCapability] {
-        guard desktop.desktop == .x11 else { return [:] }
-        let display = desktop.display
-        var why = ProgramKind.settingsManager.unavailableReason(
-            installed: SessionProbe(environment: desktop.environment).installation, x11Display: display.x11Display,
-            waylandDisplay: nil)
-        if why == nil, configurationPath == nil { why = "the session has no XDG_RUNTIME_DIR for xsettingsd's file" }
-        if why == nil, run == nil {
-            switch facts {
-            case .failure(let error)?:
-                why = "the X server of \(display.x11Display ?? "the session") cannot be asked: \(error)"
-            case .success(let facts)?:
-                if let manager = facts.settingsManager { why = Self.foreign(manager) }
-            case nil:
-                why = "the X server has not been asked yet"
-            }
-        }
-        // GTK's apps read them (as on Wayland through dconf): a part of the screen.
-        let capability: FeatureCapability = why.map { .unavailable($0) } ?? .delivers(.part)
-        return Dictionary(uniqueKeysWithValues: Self.features.map { ($0, capability) })
+        lookout.capabilities(
+            running: run != nil,
+            otherwise: configurationPath == nil ? "the session has no XDG_RUNTIME_DIR for xsettingsd's file" : nil)
+    }
+
+    /// Tells the service when what it delivers changed.
+    private func updateCapabilities() {
+        let new = currentCapabilities()
+        guard new != capabilities else { return }
+        capabilities = new
+        events?(.changed)
     }
 
     static func foreign(_ manager: X11SelectionOwner) -> String {
@@ -145,10 +118,10 @@ public final class X11SettingsDriver: FeatureDriver, @unchecked Sendable {
             return false
         }
         guard !wanted.isEmpty else { return false }
-        await ask()
-        if case .success(let facts)? = facts, let manager = facts.settingsManager {
+        await lookout.ask(running: false)
+        if let refused = lookout.refused {
             capabilities = currentCapabilities()
-            throw DriverFailure(.unsupported, "\(wanted.sorted()[0]): \(Self.foreign(manager)); nothing was changed")
+            throw DriverFailure(.unsupported, "\(wanted.sorted()[0]): \(refused); nothing was changed")
         }
         let settings = Self.settings(wanted, textScale: target.textScale, defaults: defaults)
         guard write(settings, to: path) else {
@@ -266,11 +239,7 @@ public final class X11SettingsDriver: FeatureDriver, @unchecked Sendable {
         }
         // Asked at start, the xsettingsd adopted here held the selection: a
         // settings manager of the kiosk's own, it seemed.
-        let new = currentCapabilities()
-        if new != capabilities {
-            capabilities = new
-            events?(.changed)
-        }
+        updateCapabilities()
         if run == nil { Task(executorPreference: loop) { await self.askAgain() } }
         return notes
     }
