@@ -46,8 +46,27 @@ enum Drivers {
             } catch {
                 throw StartError("dconf backend: \(error.message)")
             }
+            if let warning = profileWarning(databaseDir: configuration.dconf.databaseDir, name: configuration.dconf.databaseName) {
+                logger.warning("dconf backend: \(warning)")
+            }
             return dconf
         }
+    }
+
+    /// Why the kiosk user's session may not see the database, or nil: the
+    /// profile beside the databases (`/etc/dconf/profile/user` for
+    /// `/etc/dconf/db`), which every user without one of their own reads,
+    /// does not name it — sessions would then succeed and change nothing on
+    /// the screen.
+    static func profileWarning(databaseDir: String, name: String) -> String? {
+        let base = databaseDir.hasSuffix("/db") ? String(databaseDir.dropLast(3)) : databaseDir + "/.."
+        let profile = base + "/profile/user"
+        let lines = ((try? FileContents.read(profile)) ?? nil).map { String(decoding: $0, as: UTF8.self) } ?? ""
+        let names = lines.split(whereSeparator: \.isNewline).map { $0.trimmingASCIIWhitespace }
+        guard !names.contains(where: { $0 == "system-db:" + name }) else { return nil }
+        return "\(profile) does not read system-db:\(name): the kiosk user's session sees none of the session's "
+            + "settings or locks, so sessions change nothing on its screen; run guidedaccess-dconf-profile once "
+            + "(or add the line to the kiosk user's own profile, if it has one)"
     }
 
     /// The list for `mode`: the settings keys first; then the desktop that

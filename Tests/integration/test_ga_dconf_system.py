@@ -140,3 +140,29 @@ def test_a_corrupt_journal_does_not_leave_the_session_layer_locked_for_good(ga_e
     code, out, _ = ga_env.busctl("get-property", "org.guidedaccess.GuidedAccess1", "/org/guidedaccess/GuidedAccess1",
                                  "org.guidedaccess.GuidedAccess1", "SessionActive")
     assert out.strip() == "b false"
+
+
+@pytest.mark.parametrize("line, warned", [(None, True), ("user-db:user\n", True),
+                                          ("user-db:user\nsystem-db:guidedaccess\n", False)])
+def test_a_profile_that_does_not_read_the_database_is_a_start_up_warning_naming_the_way_out(ga_env, line, warned):
+    """System mode without the profile line: sessions would succeed and
+    change nothing on the screen. The profile beside the databases
+    (/etc/dconf/profile/user for /etc/dconf/db; here the test's) is read at
+    start-up, and a missing line is a warning that names the fix."""
+    seat_session(ga_env, "gnome")
+    db = ga_env.root / "dconf" / "db"
+    db.mkdir(parents=True)
+    profile = ga_env.root / "dconf" / "profile" / "user"
+    if line is not None:
+        profile.parent.mkdir()
+        profile.write_text(line)
+    config = ga_env.write_config(f"[Service]\nBackend=dconf\n[Dconf]\nDatabaseDir={db}\nDatabaseName=guidedaccess\n"
+                                 "LockOutsideSession=false\n")
+    daemon = start_guidedaccessd(ga_env, config=config, args=("--system",),
+                                 extra_env={"DBUS_SYSTEM_BUS_ADDRESS": ga_env.address})
+    time.sleep(0.3)
+    log = daemon.log()
+    warning = f"{profile} does not read system-db:guidedaccess"
+    assert (warning in log) == warned, log
+    if warned:
+        assert "run guidedaccess-dconf-profile once" in log, log
