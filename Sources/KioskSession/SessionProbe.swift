@@ -121,14 +121,31 @@ public struct SessionProbe: Sendable {
         if let runtimeDirectory {
             candidates += Self.entries(of: runtimeDirectory).filter(Self.isWaylandSocketName).map { runtimeDirectory + "/" + $0 }
         }
+        // Asked of the kernel's table, never by connecting: a connection to
+        // a compositor's X socket would start its Xwayland.
+        var listening: Set<String>?
         for path in candidates {
             var info = stat()
             guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFSOCK, now.tv_sec - info.st_ctim.tv_sec <= seconds
             else { continue }
-            guard let fd = UnixSocket.connect(path) else { return true }
-            close(fd)
+            if listening == nil { listening = Self.listeningSocketPaths() }
+            if listening?.contains(path) == false { return true }
         }
         return false
+    }
+
+    /// The paths of the unix sockets that listen (`/proc/net/unix`: Flags
+    /// has __SO_ACCEPTCON, 0x10000).
+    static func listeningSocketPaths() -> Set<String> {
+        guard let table = (try? FileContents.read("/proc/net/unix")) ?? nil else { return [] }
+        var paths: Set<String> = []
+        // Num RefCount Protocol Flags Type St Inode Path
+        for line in String(decoding: table, as: UTF8.self).split(separator: "\n").dropFirst() {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            guard fields.count >= 8, let flags = UInt32(fields[3], radix: 16), flags & 0x10000 != 0 else { continue }
+            paths.insert(String(fields[7]))
+        }
+        return paths
     }
 
     /// The authority file for the X server `pid`: its `-auth` file where
