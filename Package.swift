@@ -163,7 +163,8 @@ let package = Package(
         .testTarget(name: "GuidedAccessServiceTests", dependencies: ["GuidedAccessService", "DBus", "CProcess"]),
         .testTarget(name: "KeyFileTests", dependencies: ["KeyFile"]),
         .testTarget(name: "BrowserLayerTests", dependencies: ["BrowserLayer"]),
-        .testTarget(name: "KioskSessionTests", dependencies: ["KioskSession"]),
+        .testTarget(
+            name: "KioskSessionTests", dependencies: ["KioskSession", .product(name: "Logging", package: "swift-log")]),
         // Runs guidedaccessd (memory backend) on a private bus, so it depends on it.
         .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient", "guidedaccessd", "TestSupport"]),
     ],

@@ -11,6 +11,7 @@ machine's own settings is touched, and it is all removed at the end.
 GUIDEDACCESSD names the binary; GA_DEMO_PICTURES=DIR keeps the screenshots."""
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -138,8 +139,18 @@ def main():
              f"screen-reader-enabled {demo.dconf('/org/gnome/desktop/a11y/applications/screen-reader-enabled')}")
 
         say("What the service logged")
+        # What the programs it ran wrote (Orca's goodbye included) is in the
+        # same log, at info and labelled with the program ("orca[PID]: ..."):
+        # counted here, not shown as if it were the service's.
+        programs = {}
         for line in desk.log("guidedaccessd").splitlines():
-            note(line)
+            labelled = re.search(r"\] ([A-Za-z0-9_.+-]+)\[\d+\]: ", line)
+            if labelled:
+                programs[labelled.group(1)] = programs.get(labelled.group(1), 0) + 1
+            else:
+                note(line)
+        for program, count in sorted(programs.items()):
+            note(f"(and {count} lines {program} itself wrote, kept in the service's log as {program}[PID]: ...)")
     finally:
         capture.stop()
         desk.stop()

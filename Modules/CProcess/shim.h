@@ -88,11 +88,16 @@ static inline pid_t ga_fork_agent(const char *path, char *const argv[], char *co
 
 /* Starts `path` as a program of the kiosk's session (the screen reader): in
  * a session of its own (so signals to the service's group never reach it),
- * every signal at its default and none blocked, stdin and stdout on
- * /dev/null, stderr shared with the service (its log), no other descriptor.
- * Returns the pid once exec has succeeded, or -errno of the failed step
- * (an exec failure is reported through a close-on-exec pipe). */
-static inline pid_t ga_spawn_program(const char *path, char *const argv[], char *const envp[]) {
+ * every signal at its default and none blocked, stdin on /dev/null, stdout
+ * and stderr on `output_fd` (the write end of a pipe the service reads, to
+ * log what it writes as the program's) or, with -1, stdout on /dev/null and
+ * stderr shared with the service; `hold_fd` (the pipe's read end, or -1) as
+ * descriptor 3, so that a write never meets a pipe without a reader (no
+ * SIGPIPE) once the service is gone; no other descriptor. Returns the pid
+ * once exec has succeeded, or -errno of the failed step (an exec failure is
+ * reported through a close-on-exec pipe). */
+static inline pid_t ga_spawn_program(const char *path, char *const argv[], char *const envp[], int output_fd,
+                                     int hold_fd) {
     int report[2];
     if (pipe2(report, O_CLOEXEC) < 0)
         return -errno;
@@ -104,18 +109,37 @@ static inline pid_t ga_spawn_program(const char *path, char *const argv[], char 
         return -error;
     }
     if (pid == 0) {
-        int null, error;
+        int null, error, out;
         ga_child_default_signals();
         if (setsid() < 0)
             goto failed;
-        null = open("/dev/null", O_RDWR | O_CLOEXEC);
-        if (null < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(null, STDOUT_FILENO) < 0)
+        /* The report pipe above the descriptors placed below. */
+        out = fcntl(report[1], F_DUPFD_CLOEXEC, 10);
+        if (out < 0)
             goto failed;
+        report[1] = out;
+        null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null < 0 || dup2(null, STDIN_FILENO) < 0)
+            goto failed;
+        if (dup2(output_fd >= 0 ? output_fd : null, STDOUT_FILENO) < 0)
+            goto failed;
+        if (output_fd >= 0 && dup2(output_fd, STDERR_FILENO) < 0)
+            goto failed;
+        if (hold_fd == 3) {
+            if (fcntl(3, F_SETFD, 0) < 0)
+                goto failed;
+        } else if (hold_fd >= 0 && dup2(hold_fd, 3) < 0) { /* dup2 clears close-on-exec */
+            goto failed;
+        }
 #ifdef SYS_close_range
-        /* Everything but the report pipe (close-on-exec itself). */
-        if (report[1] > 3)
-            (void) syscall(SYS_close_range, 3U, (unsigned) report[1] - 1, 0U);
-        (void) syscall(SYS_close_range, (unsigned) report[1] + 1, ~0U, 0U);
+        /* Everything but 0-2, the held descriptor and the report pipe
+         * (close-on-exec itself). */
+        {
+            unsigned first = hold_fd >= 0 ? 4U : 3U;
+            if ((unsigned) report[1] > first)
+                (void) syscall(SYS_close_range, first, (unsigned) report[1] - 1, 0U);
+            (void) syscall(SYS_close_range, (unsigned) report[1] + 1, ~0U, 0U);
+        }
 #endif
         execve(path, argv, envp);
     failed:
@@ -135,6 +159,12 @@ static inline pid_t ga_spawn_program(const char *path, char *const argv[], char 
         return -error;
     }
     return pid;
+}
+
+/* A pipe for a program's output: both ends close-on-exec and non-blocking
+ * (a program writing into a full pipe gets EAGAIN, never blocks). */
+static inline int ga_output_pipe(int fds[2]) {
+    return pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0 ? -errno : 0;
 }
 
 /* A descriptor that refers to process `pid` and no later one with its pid;

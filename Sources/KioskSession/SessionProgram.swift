@@ -197,7 +197,9 @@ public final class SessionProgram: @unchecked Sendable {
                     name: kind.unitName(pid: getpid(), run: runs, owner: owner), argv: argv, environment: environment,
                     grace: gracePeriod, connection: bus, logger: logger))
         } else {
-            run = .process(try WatchedProcess(spawning: argv, environment: environment, loop: loop))
+            // Its output is logged under its executable's name (orca[PID]: …).
+            let program = argv[0].split(separator: "/").last.map(String.init) ?? kind.executable
+            run = .process(try WatchedProcess(spawning: argv, environment: environment, name: program, loop: loop, logger: logger))
         }
         // A stop() or another start() may have come while a unit started.
         if !wanted || current != nil {

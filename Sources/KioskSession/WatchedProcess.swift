@@ -3,6 +3,7 @@ import CProcess
 import DBus
 import Glibc
 import GuidedAccessCore
+import Logging
 
 /// Why a program could not be started or found.
 public struct ProgramError: Error, Hashable, Sendable, CustomStringConvertible {
@@ -33,16 +34,25 @@ final class WatchedProcess: @unchecked Sendable {
     /// still have (`init(adopting:)`).
     static let tokenVariable = "GUIDEDACCESS_PROGRAM_TOKEN"
 
-    /// Starts `argv[0]` (an absolute path) with `environment`.
-    init(spawning argv: [String], environment: [String: String], loop: EventLoop) throws(ProgramError) {
+    /// Starts `argv[0]` (an absolute path) with `environment`; what it
+    /// writes is logged as `name`'s (`ProgramOutput`).
+    init(
+        spawning argv: [String], environment: [String: String], name: String, loop: EventLoop, logger: Logger
+    ) throws(ProgramError) {
         var generator = SystemRandomNumberGenerator()
         let token = (0..<2).map { _ in String(generator.next() as UInt64, radix: 16) }.joined(separator: "-")
         var environment = environment
         environment[Self.tokenVariable] = token
-        let pid = Self.spawn(argv, environment: environment)
+        var output: [Int32] = [-1, -1]
+        if ga_output_pipe(&output) != 0 { output = [-1, -1] }
+        let pid = Self.spawn(argv, environment: environment, output: output[1], hold: output[0])
+        if output[1] >= 0 { close(output[1]) }
         guard pid > 0 else {
+            if output[0] >= 0 { close(output[0]) }
             throw ProgramError("cannot start \(argv[0]): \(String(cString: strerror(-pid)))")
         }
+        // It keeps itself until every writer is gone (the loop holds its handler).
+        if output[0] >= 0 { _ = ProgramOutput(reading: output[0], label: "\(name)[\(pid)]", loop: loop, logger: logger) }
         let fd = ga_pidfd_open(pid)
         guard fd >= 0, let startTime = ProcessTable.startTime(of: pid) else {
             // Nothing could watch it (no pidfd: Linux < 5.3): it must not run unwatched.
@@ -115,10 +125,10 @@ final class WatchedProcess: @unchecked Sendable {
         fd >= 0 && ga_pidfd_send_signal(fd, signal) == 0
     }
 
-    private static func spawn(_ argv: [String], environment: [String: String]) -> Int32 {
+    private static func spawn(_ argv: [String], environment: [String: String], output: Int32, hold: Int32) -> Int32 {
         let env = environment.map { "\($0.key)=\($0.value)" }.sorted()
         return withCStrings(argv) { cArgv in
-            withCStrings(env) { cEnv in ga_spawn_program(argv[0], cArgv, cEnv) }
+            withCStrings(env) { cEnv in ga_spawn_program(argv[0], cArgv, cEnv, output, hold) }
         }
     }
 

@@ -1,5 +1,6 @@
 import DBus
 import Glibc
+import Logging
 import Testing
 
 @testable import KioskSession
@@ -12,7 +13,8 @@ import Testing
     /// survives the program's exec of another (a wrapper script).
     @Test func aJournaledPidIsAdoptedOnlyWithTheTokenItWasStartedWith() throws {
         let loop = EventLoop()
-        let child = try WatchedProcess(spawning: ["/bin/sh", "-c", "exec sleep 30"], environment: [:], loop: loop)
+        let child = try WatchedProcess(
+            spawning: ["/bin/sh", "-c", "exec sleep 30"], environment: [:], name: "sleep", loop: loop, logger: Logger(label: "test"))
         defer {
             // Killed and reaped here: a zombie child makes swift-testing's
             // wait thread spin on waitid (and the test run never ends).
