@@ -119,11 +119,16 @@ let package = Package(
         // The client library for kiosk apps: the service's API in Swift types,
         // on the DBus layer only (not the domain, GuidedAccessCore).
         .target(name: "GuidedAccessClient", dependencies: ["GuidedAccessAPI", "GuidedAccessWire", "DBus"]),
-        // The command-line client.
+        // `guidedaccessctl doctor`'s verdict from its findings (the
+        // service's properties, the ctl's own checks): pure, tested alone.
+        .target(name: "GuidedAccessDoctor", dependencies: ["GuidedAccessAPI"]),
+        // The command-line client. KioskSession: the service's own probes
+        // of the session (displays, installed programs) for `doctor`.
         .executableTarget(
             name: "guidedaccessctl",
             dependencies: [
-                "GuidedAccessClient", "CProcess", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "GuidedAccessClient", "GuidedAccessDoctor", "KioskSession", "CProcess",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
@@ -165,6 +170,7 @@ let package = Package(
         .testTarget(name: "BrowserLayerTests", dependencies: ["BrowserLayer"]),
         .testTarget(
             name: "KioskSessionTests", dependencies: ["KioskSession", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "GuidedAccessDoctorTests", dependencies: ["GuidedAccessDoctor"]),
         // Runs guidedaccessd (memory backend) on a private bus, so it depends on it.
         .testTarget(name: "GuidedAccessClientTests", dependencies: ["GuidedAccessClient", "guidedaccessd", "TestSupport"]),
     ],

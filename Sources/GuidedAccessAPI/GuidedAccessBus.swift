@@ -50,6 +50,9 @@ public enum GuidedAccessProperty: String, CaseIterable, Sendable {
     /// (1.2) The origin of the page that owns the session; "" for a bus
     /// owner and while the owner is gone.
     case sessionOwnerOrigin = "SessionOwnerOrigin"
+    /// `a{ss}`: for each feature not in `SupportedFeatures`, why — the text
+    /// of the `UnsupportedFeature` error for it (an addition beyond API 1.2).
+    case unsupportedReasons = "UnsupportedReasons"
 }
 
 /// The signals of `org.guidedaccess.GuidedAccess1`.

@@ -166,7 +166,8 @@ public final class GuidedAccessClient: Sendable {
             desktop: try value(.desktop, ""),
             version: try value(.version, ""),
             agent: try value(.agent, ""),
-            sessionOwnerOrigin: try value(.sessionOwnerOrigin, ""))
+            sessionOwnerOrigin: try value(.sessionOwnerOrigin, ""),
+            unsupportedReasons: try value(.unsupportedReasons, [String: String]()))
     }
 
     // MARK: Restrictions

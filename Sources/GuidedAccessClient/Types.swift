@@ -61,6 +61,10 @@ public struct GuidedAccessStatus: Sendable, Hashable {
     /// (the page API); empty for a bus owner, while the owner is gone, and
     /// from a service older than 1.2.
     public var sessionOwnerOrigin: String = ""
+    /// For each feature not in `supportedFeatures`, why, by its wire name:
+    /// the message of the `UnsupportedFeature` error a call asking for it
+    /// gets (an addition beyond API 1.2); empty from an older service.
+    public var unsupportedReasons: [String: String] = [:]
 }
 
 /// A signal of the service, in the order the service sent it.

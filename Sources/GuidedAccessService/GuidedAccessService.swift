@@ -284,6 +284,9 @@ public actor GuidedAccessService {
                     GuidedAccessProperty.supportedFeatures.rawValue, [String].self,
                     get: { await service?.supportedFeatures ?? [] }, onRead: service?.readLookout),
                 Property(
+                    GuidedAccessProperty.unsupportedReasons.rawValue, [String: String].self,
+                    get: { await service?.unsupportedReasons ?? [:] }, onRead: service?.readLookout),
+                Property(
                     GuidedAccessProperty.desktop.rawValue, String.self,
                     get: { await service?.desktop ?? "" }, onRead: service?.readLookout),
                 Property(GuidedAccessProperty.agent.rawValue, String.self) {
@@ -313,9 +316,14 @@ public actor GuidedAccessService {
 
     // MARK: Announcements
 
-    /// `SupportedFeatures` and `Desktop`: what the drivers deliver now.
+    /// `SupportedFeatures`, `UnsupportedReasons` and `Desktop`: what the drivers deliver now.
     var supportedFeatures: [String] { store.support.supported.sortedWireNames }
     var desktop: String { store.support.desktop }
+    /// `UnsupportedReasons`: for each feature not supported, the message of
+    /// the `UnsupportedFeature` error a call asking for it gets.
+    var unsupportedReasons: [String: String] {
+        Dictionary(uniqueKeysWithValues: store.support.reasons.map { ($0.key.wireName, $0.value) })
+    }
 
     /// What the session now is reaches the bus (`PropertiesChanged` of
     /// what changed). Every change of the session comes through here.

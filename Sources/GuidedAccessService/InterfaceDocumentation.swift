@@ -124,6 +124,11 @@ enum InterfaceDocumentation {
         the session agent); sorted. A feature whose setting exists but that nothing on this kiosk would \
         act on is not listed.
         """,
+        "UnsupportedReasons": """
+        (An addition beyond API 1.2) For each feature not in SupportedFeatures, why: the message of the \
+        UnsupportedFeature error a call asking for it gets now (zoom → "zoom: the desktop 'sway' does not \
+        act on it"). It changes with SupportedFeatures, in the same PropertiesChanged.
+        """,
         "Desktop": """
         The graphical session the features act on, as the service found it (gnome-shell, sway, x11, \
         none and the others docs/settings-mapping.md lists), followed by +name for each layer over it \

@@ -50,10 +50,12 @@ let exitCodeHelp = """
       4   no session is active (NotInSession)
       5   a session is already active (SessionBusy)
       6   unknown or unsupported feature (UnknownFeature, UnsupportedFeature)
+          doctor: a required feature is not supported
       7   unknown restriction (UnknownRestriction)
       8   too many restrictions (LimitExceeded)
       9   the settings backend failed (BackendFailed)
       10  no bus, or no service on it (ServiceUnavailable)
+          doctor: no service answered
     """
 
 struct GlobalOptions: ParsableArguments {
@@ -145,7 +147,7 @@ struct GuidedAccessCtl: AsyncParsableCommand {
         discussion: exitCodeHelp,
         subcommands: [
             Status.self, Start.self, End.self, Enable.self, Disable.self, Restrictions.self, Restrict.self,
-            Monitor.self, BrowserLauncher.self,
+            Monitor.self, Doctor.self, BrowserLauncher.self,
         ])
 
     @OptionGroup var global: GlobalOptions

@@ -35,8 +35,8 @@ import images
 from chromium import free_port
 from conftest import PAGE_URL
 from gadaemon import (
-    DAEMON_BINARY, GA_ERROR, IFACE, NAME, PATH, ErrorMonitor, Recorder, busctl_features, busctl_options, pump,
-    pump_for,
+    DAEMON_BINARY, GA_ERROR, IFACE, NAME, PATH, ErrorMonitor, Recorder, SupportChanged, busctl_features, busctl_options,
+    pump, pump_for,
 )
 from looks import (
     SHOW_TIMEOUT, TEXT_SCALE, ZOOM, measure_before, shows, wait_for_look, wait_until_as_before, wait_until_shows,
@@ -219,7 +219,7 @@ def test_a_browser_that_goes_away_takes_its_features_out_of_supported_features(g
     wait_for_browser(ga_env, timeout=5)
     recorder = Recorder(ga_env)
     browser.kill9()
-    gone = ("PropertiesChanged", {"Desktop": "none", "SupportedFeatures": []}, [])
+    gone = SupportChanged("none", [])
     assert pump(lambda: gone in recorder.events, 5), f"no PropertiesChanged for the browser leaving: {recorder.events}"
     assert prop(ga_env, "Desktop") == "none"
     assert not set(BROWSER_FEATURES) & set(prop(ga_env, "SupportedFeatures"))

@@ -598,6 +598,37 @@ def plain(value):
     return value
 
 
+FEATURE_NAMES = ("screen-reader", "zoom", "invert-colors", "grayscale", "high-contrast", "large-text",
+                 "on-screen-keyboard", "reduce-motion")
+
+
+class SupportChanged:
+    """Equals the recorder's event of a PropertiesChanged for what the
+    drivers deliver: Desktop and SupportedFeatures as given, and in the same
+    signal (and nothing else) UnsupportedReasons naming every other feature,
+    each reason starting with its feature's name (the UnsupportedFeature
+    message). Usable with `in` and `count` on Recorder.events."""
+
+    def __init__(self, desktop, supported):
+        self.desktop = desktop
+        self.supported = list(supported)
+
+    def __eq__(self, event):
+        if not (isinstance(event, tuple) and len(event) == 3 and event[0] == "PropertiesChanged" and event[2] == []):
+            return False
+        changed = event[1]
+        if set(changed) != {"Desktop", "SupportedFeatures", "UnsupportedReasons"}:
+            return False
+        reasons = changed["UnsupportedReasons"]
+        return (changed["Desktop"] == self.desktop and changed["SupportedFeatures"] == self.supported
+                and set(reasons) == set(FEATURE_NAMES) - set(self.supported)
+                and all(reason.startswith(f"{feature}: ") for feature, reason in reasons.items()))
+
+    def __repr__(self):
+        return (f"PropertiesChanged(Desktop={self.desktop!r}, SupportedFeatures={self.supported!r}, "
+                "UnsupportedReasons for the others)")
+
+
 class Recorder:
     """One dbus-python connection: records the daemon's signals and the
     replies of calls made through it, in arrival order, in self.events:

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import start_guidedaccessd
 from devtools_fake import frame, text
-from gadaemon import GA_ERROR, IFACE, NAME, PATH, Recorder, busctl_options, pump
+from gadaemon import GA_ERROR, IFACE, NAME, PATH, Recorder, SupportChanged, busctl_options, pump
 
 BROWSER_FEATURES = ["grayscale", "high-contrast", "invert-colors", "large-text", "reduce-motion", "zoom"]
 PAGE_COMMANDS = {"Page.enable", "Emulation.setEmulatedMedia", "Emulation.setEmulatedVisionDeficiency",
@@ -277,7 +277,7 @@ def test_garbage_after_the_handshake_disconnects_and_a_session_reconnects(env, f
 
     # No session: logged, the connection closed, the browser no longer claimed.
     browser.inject(raw)
-    gone = ("PropertiesChanged", {"Desktop": "none", "SupportedFeatures": []}, [])
+    gone = SupportChanged("none", [])
     assert pump(lambda: gone in rec.events, 3), f"no PropertiesChanged for the browser gone: {rec.events}"
     line = log_line(daemon, "lost the browser at " + re.escape(browser.endpoint), 1.0)
     assert line is not None and named in line, f"{named!r} not in the log line {line!r}"
@@ -298,7 +298,7 @@ def test_garbage_after_the_handshake_disconnects_and_a_session_reconnects(env, f
     third = browser.websockets()[-1].number
     assert wait_showed(browser, ["PAGE1", "PAGE2"], "invert(1)", conn=third), (
         f"the look was not shown again after reconnecting:\n{browser.summary()}")
-    back = ("PropertiesChanged", {"Desktop": "none+browser", "SupportedFeatures": BROWSER_FEATURES}, [])
+    back = SupportChanged("none+browser", BROWSER_FEATURES)
     assert pump(lambda: rec.events.count(back) >= 2, 2), rec.events
     assert daemon.alive()
 
@@ -604,7 +604,7 @@ def test_with_no_session_a_lost_browser_is_looked_for_only_when_a_client_asks(en
     assert get(env, "SupportedFeatures") == []  # answered at once; looks for the browser
     assert browser.wait(lambda: len(browser.websockets()) >= 2, 1.0), (
         "reading SupportedFeatures did not make the service look for the browser again")
-    back = ("PropertiesChanged", {"Desktop": "none+browser", "SupportedFeatures": BROWSER_FEATURES}, [])
+    back = SupportChanged("none+browser", BROWSER_FEATURES)
     assert pump(lambda: back in rec.events, 2), rec.events
     # Found again: what the lost connection may have left is cleaned up.
     assert auto_attach(browser, False, since=browser.websockets()[-1].opened)

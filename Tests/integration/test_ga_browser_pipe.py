@@ -59,7 +59,7 @@ from agents import readable
 from conftest import start_guidedaccessd
 from devtools_pipe_fake import LAUNCHER_IDS, FakePipeBrowser
 from gadaemon import (_STARTED, DBUS_ERROR, GA_ERROR, HERE, IFACE, NAME, NOBODY, PATH, REPO_ROOT, Recorder,
-                      _die_with_parent, busctl_options, poll, pump)
+                      SupportChanged, _die_with_parent, busctl_options, poll, pump)
 from test_ga_browser_faults import BROWSER_FEATURES, CALL_LIMIT, PAGE_COMMANDS, get
 from test_ga_hostile_peers import (LATENCY_BOUND, SYSTEM_PYTHON, Prober, browser_layer_lines, get_timed, log_between,
                                    log_size, spawn, status_kib)
@@ -338,7 +338,7 @@ def test_the_launcher_attaches_its_browser_and_a_session_reaches_every_page(env,
     when, line = browser.attached()
     attach_took = when - browser.started
     after = {"Desktop": rec.prop("Desktop"), "SupportedFeatures": rec.prop("SupportedFeatures")}
-    changed = ("PropertiesChanged", {"Desktop": "none+browser", "SupportedFeatures": BROWSER_FEATURES}, [])
+    changed = SupportChanged("none+browser", BROWSER_FEATURES)
     announced = pump(lambda: changed in rec.events, 2)
 
     start_record = browser.records("start")[0]
@@ -507,7 +507,7 @@ def test_the_browser_exiting_ends_the_launcher_with_its_status_and_the_attachmen
     browser.signal_fake(signal.SIGUSR1)
     status = browser.exit_status(5)
     status_took = time.monotonic() - exited
-    gone = ("PropertiesChanged", {"Desktop": "none", "SupportedFeatures": []}, [])
+    gone = SupportChanged("none", [])
     dropped = pump(lambda: gone in rec.events, 3)
     dropped_took = time.monotonic() - exited
     print(f"\n[exit 7] launcher exit status {status} after {status_took * 1000:.0f} ms; attachment dropped "

@@ -9,7 +9,7 @@ import stat
 import dbus
 
 from conftest import start_guidedaccessd
-from gadaemon import GA_ERROR, Recorder, pump
+from gadaemon import GA_ERROR, Recorder, SupportChanged, pump
 
 FEATURES = ["grayscale", "high-contrast", "invert-colors", "large-text", "on-screen-keyboard", "reduce-motion",
             "screen-reader", "zoom"]
@@ -41,12 +41,11 @@ def test_the_shell_coming_and_going_on_the_bus_changes_desktop_and_supported_fea
     rec.clear()
     shell = ga_env.connect(mainloop=False)
     shell.request_name(SHELL)
-    expected = ("PropertiesChanged", {"Desktop": "gnome-shell",
-                                      "SupportedFeatures": [f for f in FEATURES if f != "screen-reader"]}, [])
+    expected = SupportChanged("gnome-shell", [f for f in FEATURES if f != "screen-reader"])
     assert pump(lambda: expected in rec.events, 5), f"no PropertiesChanged for the shell: {rec.events}"
     assert rec.prop("Desktop") == "gnome-shell"
     shell.release_name(SHELL)
-    gone = ("PropertiesChanged", {"Desktop": "none", "SupportedFeatures": []}, [])
+    gone = SupportChanged("none", [])
     assert pump(lambda: gone in rec.events, 5), f"no PropertiesChanged for the shell leaving: {rec.events}"
 
 

@@ -245,6 +245,7 @@ def test_introspection_declares_the_api(ga_env, gad, rec):
         "SessionDeadline": ("property", "t", "0"),
         "EnabledFeatures": ("property", "as", "0"),
         "SupportedFeatures": ("property", "as", "8"),  # busctl: count, then the items
+        "UnsupportedReasons": ("property", "a{ss}", "0"),  # every feature is supported
         "Backend": ("property", "s", '"gsettings"'),
         "Desktop": ("property", "s", '"gnome-shell"'),
         "Agent": ("property", "s", '""'),

@@ -15,7 +15,7 @@ import dbus
 import pytest
 
 from conftest import LOGIND, POLKIT, seat_session, start_guidedaccessd, start_mock
-from gadaemon import GA_ERROR, Recorder, pump
+from gadaemon import GA_ERROR, Recorder, SupportChanged, pump
 
 NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
 START = "org.guidedaccess.GuidedAccess1.start-session"
@@ -308,13 +308,13 @@ def test_the_seat_is_followed_live_a_gnome_session_logging_in_and_the_seat_going
     assert rec.prop("Desktop") == "none"
     rec.clear()
     seat_session(ga_env, "gnome", logind=logind)
-    arrived = ("PropertiesChanged", {"Desktop": "gnome-shell", "SupportedFeatures": ALL}, [])
+    arrived = SupportChanged("gnome-shell", ALL)
     assert pump(lambda: arrived in rec.events, 5), f"no PropertiesChanged for the GNOME session: {rec.events}"
     # The session leaves the seat (the greeter again): nothing is claimed.
     seat = dbus.bus.BusConnection(ga_env.address).get_object(LOGIND[0], "/org/freedesktop/login1/seat/seat0")
     seat.UpdateProperties("org.freedesktop.login1.Seat", {"ActiveSession": ("", dbus.ObjectPath("/"))},
                           dbus_interface="org.freedesktop.DBus.Mock")
-    left = ("PropertiesChanged", {"Desktop": "none", "SupportedFeatures": []}, [])
+    left = SupportChanged("none", [])
     assert pump(lambda: left in rec.events, 5), f"no PropertiesChanged for the seat left empty: {rec.events}"
 
 
