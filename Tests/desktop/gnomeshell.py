@@ -54,6 +54,7 @@ import atexit
 import colorsys
 import ctypes
 import os
+import re
 import shutil
 import shlex
 import signal
@@ -65,6 +66,21 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
 DAEMON_BINARY = Path(os.environ.get("GUIDEDACCESSD", REPO_ROOT / ".build" / "debug" / "guidedaccessd"))
+CTL_BINARY = Path(os.environ.get("GUIDEDACCESSCTL", DAEMON_BINARY.parent / "guidedaccessctl"))
+
+
+def doctor_agrees(report_json, supported_property):
+    """`guidedaccessctl doctor --json`'s features against the service's
+    SupportedFeatures as gdbus prints it: the doctor says what the desktop
+    tests prove. Returns the report."""
+    import json
+    report = json.loads(report_json)
+    said = {name for name, feature in report["features"].items() if feature["supported"]}
+    shown = set(re.findall(r"'([a-z-]+)'", supported_property))
+    assert said == shown, f"doctor: {sorted(said)}; SupportedFeatures: {sorted(shown)}"
+    for name, feature in report["features"].items():
+        assert feature["supported"] or feature["reason"].startswith(f"{name}: "), feature
+    return report
 
 WIDTH, HEIGHT = 1280, 800
 TOP_BAR = 32  # height of the shell's top bar at scale 1
@@ -341,10 +357,10 @@ class Desktop:
 
     # -- clients in this environment
 
-    def run(self, argv, timeout=15):
+    def run(self, argv, timeout=15, check=True):
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=timeout, env=self.env, preexec_fn=_child_setup(self._namespace_fd))
-        if done.returncode != 0:
+        if check and done.returncode != 0:
             raise RuntimeError(f"{' '.join(map(str, argv))}: exit {done.returncode}: {done.stderr.strip()}")
         return done.stdout
 

@@ -116,6 +116,15 @@ def test_features_show_on_a_real_gnome_shell_and_the_session_end_restores_the_sc
         assert changed == 0, f"{step}: {changed} pixels still differ from the screen before the session"
         return shot
 
+    # guidedaccessctl doctor says what this test proves.
+    report = gnomeshell.doctor_agrees(
+        desk.run([str(gnomeshell.CTL_BINARY), "--address", desk.session_address, "doctor", "--json"], check=False),
+        str([str(f) for f in kiosk.proxy.Get(GA_IFACE, "SupportedFeatures",
+                                            dbus_interface="org.freedesktop.DBus.Properties")]))
+    assert report["desktop"] == "gnome-shell", report
+    note(f"guidedaccessctl doctor: desktop {report['desktop']}, missing {report['missing']}: "
+         + "; ".join(report["features"][name]["reason"] for name in report["missing"]))
+
     before = desk.settle()
     gnomeshell.write_picture(before, pictures / "before.png")
     l_before, s_before = before.lightness(), before.saturation()

@@ -61,6 +61,14 @@ def test_large_text_high_contrast_and_reduce_motion_reach_a_gtk_window_and_go_ba
     desk.start_daemon()
     kiosk = Kiosk(desk)
     assert kiosk.prop("Desktop") == "(<'sway'>,)"
+    # guidedaccessctl doctor says what this file proves: zoom and the colour
+    # filters not on sway (exit 6), the text, contrast and motion keys yes.
+    report = gnomeshell.doctor_agrees(
+        desk.run([str(desk.readable(gnomeshell.CTL_BINARY)), "--address", desk.session_address, "doctor", "--json"],
+                 check=False),
+        kiosk.prop("SupportedFeatures"))
+    assert not report["ok"] and "zoom" in report["missing"], report
+    assert "sway" in report["features"]["zoom"]["reason"], report["features"]["zoom"]
     region = window["rect"]
     before = desk.settle() and desk.screenshot(region=region)
     text_before = ink(before)
