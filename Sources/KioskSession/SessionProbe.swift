@@ -38,6 +38,21 @@ public struct SessionProbe: Sendable {
         self.environment = environment
     }
 
+    /// This process's whole environment, as `environ` has it: in user mode
+    /// (and for the session agent, and guidedaccessctl) the session's.
+    public static func processEnvironment() -> [String: String] {
+        var result: [String: String] = [:]
+        var entry = environ
+        while let pointer = entry.pointee {
+            let text = String(cString: pointer)
+            if let equals = text.firstIndex(of: "=") {
+                result[String(text[..<equals])] = String(text[text.index(after: equals)...])
+            }
+            entry += 1
+        }
+        return result
+    }
+
     public var runtimeDirectory: String? { environment["XDG_RUNTIME_DIR"] }
     public static let x11SocketDirectory = "/tmp/.X11-unix"
 
@@ -263,7 +278,7 @@ public struct SessionProbe: Sendable {
     }
 
     /// The names in a directory (none when it cannot be read).
-    static func entries(of directory: String) -> [String] {
+    public static func entries(of directory: String) -> [String] {
         guard let dir = opendir(directory) else { return [] }
         defer { closedir(dir) }
         var names: [String] = []

@@ -82,7 +82,7 @@ struct Doctor: AsyncParsableCommand {
 /// What the ctl finds on this machine by itself.
 struct LocalChecks {
     let system: Bool
-    let environment = processEnvironment()
+    let environment = SessionProbe.processEnvironment()
     var probe: SessionProbe { SessionProbe(environment: environment) }
 
     static let polkitPolicy = "/usr/share/polkit-1/actions/org.guidedaccess.GuidedAccess1.policy"
@@ -140,7 +140,7 @@ struct LocalChecks {
     /// The displays this command sees: the variables, else the sockets.
     var displays: DoctorCheck {
         let display = probe.display()
-        let sockets = Self.names(in: SessionProbe.x11SocketDirectory).filter { $0.hasPrefix("X") }.sorted()
+        let sockets = SessionProbe.entries(of: SessionProbe.x11SocketDirectory).filter { $0.hasPrefix("X") }.sorted()
         let socketText =
             sockets.isEmpty
             ? "no X socket in \(SessionProbe.x11SocketDirectory)"
@@ -215,19 +215,6 @@ struct LocalChecks {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    static func names(in directory: String) -> [String] {
-        guard let dir = opendir(directory) else { return [] }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names
-    }
-
     /// Runs `argv` (stdin /dev/null) for at most 5 seconds; the first line
     /// of its stdout and of its stderr, or nil when it could not be started.
     static func run(_ argv: [String]) -> (stdout: String, stderr: String)? {
@@ -285,18 +272,4 @@ struct LocalChecks {
         }
         return (firstLine(texts[0]), firstLine(texts[1]))
     }
-}
-
-/// The whole environment, as `environ` has it.
-func processEnvironment() -> [String: String] {
-    var result: [String: String] = [:]
-    var entry = environ
-    while let pointer = entry.pointee {
-        let text = String(cString: pointer)
-        if let equals = text.firstIndex(of: "=") {
-            result[String(text[..<equals])] = String(text[text.index(after: equals)...])
-        }
-        entry += 1
-    }
-    return result
 }

@@ -15,6 +15,7 @@ import GuidedAccessCore
 import BrowserLayer
 import GuidedAccessService
 import KeyFile
+import KioskSession
 import Logging
 import SessionAgent
 
@@ -97,20 +98,6 @@ while let argument = arguments.next() {
 
 func environment(_ name: String) -> String? {
     getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
-}
-
-/// The whole environment: in user mode it is the session's.
-func processEnvironment() -> [String: String] {
-    var result: [String: String] = [:]
-    var entry = environ
-    while let pointer = entry.pointee {
-        let text = String(cString: pointer)
-        if let equals = text.firstIndex(of: "=") {
-            result[String(text[..<equals])] = String(text[text.index(after: equals)...])
-        }
-        entry += 1
-    }
-    return result
 }
 
 func homeDirectory() -> String {
@@ -217,7 +204,7 @@ func serve(
         let backendName = backend.name
         let (drivers, agents) = Drivers.list(
             mode: mode, configuration: configuration, policy: policy, backend: backend, connection: connection,
-            environment: processEnvironment())
+            environment: SessionProbe.processEnvironment())
         let service = GuidedAccessService(
             connection: connection, drivers: drivers, agents: agents, journal: SessionJournal(directory: stateDir),
             settings: .init(
@@ -257,7 +244,7 @@ func serveAgent(configuration: ServiceConfiguration, stateDir: String, sessionBu
         let system = try await Connection.connect(to: .system, loop: loop, logger: logger)
         let agent = AgentService(
             connection: system,
-            drivers: Drivers.session(configuration, owner: .agent, connection: session, environment: processEnvironment()),
+            drivers: Drivers.session(configuration, owner: .agent, connection: session, environment: SessionProbe.processEnvironment()),
             journal: SessionJournal(directory: stateDir, fileName: "agent.json"), logger: logger)
         try await agent.start()
         logger.info("ready: the session agent of uid \(getuid()), state in \(stateDir)")
