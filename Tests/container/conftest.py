@@ -16,7 +16,9 @@ display and speech-dispatcher's log ready (user mode, the screen reader).
 `agent_rootfs`: that plus sway, Xwayland and PipeWire; `agent_kiosk`: it
 booted (persistent across `reboot()`), system mode with the session agent
 enabled for every user (test_agent_speech.py). `x11_rootfs`: that plus
-picom, matchbox and ImageMagick; `x11_kiosk`: it booted, the same system
+picom, matchbox, ImageMagick and wvkbd (every Recommends of the package is
+then there); `x11_kiosk`: it booted, the package installed with the README's
+own line (`apt-get install ../guidedaccess_….deb`, no network), the same system
 mode with an X11 session (Xvfb, matchbox, a GTK window) instead of sway
 (test_x11_agent.py).
 `browser_rootfs`: the base plus Chromium (user_session.py);
@@ -45,7 +47,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import nspawn  # noqa: E402
 import user_session  # noqa: E402
-from container_setup import CONFIG, FACTS, KIOSK_UID, KIOSK_USER, install_package  # noqa: E402
+from container_setup import (CONFIG, FACTS, KIOSK_UID, KIOSK_USER, install_as_the_readme_says, install_package,  # noqa: E402
+                             readme_install_commands)
 
 REPO_ROOT = HERE.parent.parent
 _CONTAINER = []
@@ -143,7 +146,7 @@ def agent_rootfs(speech_rootfs):
 
 @pytest.fixture(scope="session")
 def x11_rootfs(agent_rootfs):
-    """The agent root filesystem plus picom, matchbox and ImageMagick
+    """The agent root filesystem plus picom, matchbox, ImageMagick and wvkbd
     (user_session.py), cached separately: only test_x11_agent.py pays for it."""
     try:
         root, seconds = user_session.ensure_x11_rootfs(agent_rootfs, log=lambda line: print(line, file=sys.stderr))
@@ -167,25 +170,58 @@ def browser_rootfs(rootfs):
 
 @pytest.fixture(scope="session")
 def stage(rootfs, workdir):
-    """The package, built from the repository with dpkg-buildpackage into a
-    directory of the work directory (bound read-only at /stage): nothing is
-    written beside the repository, and the release build in its .build is
-    reused (debian/rules cleans nothing there). lintian's errors and
-    warnings fail the run (a justified one belongs in debian/'s
+    """The package, built as the README's `## Install` tells an administrator
+    to: its command lines before the install, run as written, in order, as
+    root in the repository (`apt-get build-dep .`, `dpkg-buildpackage -us
+    -uc -b`; the release build in .build is reused, debian/rules cleans
+    nothing there). dpkg-buildpackage writes the package and its
+    .buildinfo/.changes beside the repository, as the README says; they are
+    moved into a directory of the work directory (bound read-only at
+    /stage), and files of those names that were there before are put back.
+    `x11_kiosk` runs the README's install line on the kiosk. lintian's
+    errors and warnings fail the run (a justified one belongs in debian/'s
     lintian-overrides); its other tags are printed with the facts."""
-    started = time.monotonic()
+    *build, install = readme_install_commands()
+    match = re.fullmatch(r"apt-get install \.\./(guidedaccess_[^/ ]+_amd64)\.deb", install)
+    assert match, f"the README's last install line is not `apt-get install ../guidedaccess_VERSION_amd64.deb`: {install!r}"
     out = workdir / "stage"
     out.mkdir()
-    result = subprocess.run(
-        ["dpkg-buildpackage", "-us", "-uc", "-b", f"--buildinfo-option=-u{out}", f"--changes-option=-u{out}",
-         f"--buildinfo-file={out}/guidedaccess.buildinfo", f"--changes-file={out}/guidedaccess.changes"],
-        cwd=REPO_ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=3600,
-        env=dict(os.environ, GUIDEDACCESS_DEB_DESTDIR=str(out)))
-    if result.returncode != 0:
-        pytest.fail(f"dpkg-buildpackage failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    # The directory the README's install line runs in (a clone of the
+    # repository there, here an empty one beside the package).
+    (out / REPO_ROOT.name).mkdir()
+    # What the build writes beside the repository: the .changes and the
+    # files it lists (the package, its -dbgsym, the .buildinfo).
+    version = match[1].split("_")[1]
+    ours = f"guidedaccess*_{version}_*"
+    kept = workdir / "kept-beside-the-repository"
+    kept.mkdir()
+    for path in REPO_ROOT.parent.glob(ours):
+        shutil.move(path, kept / path.name)
+    try:
+        for command in build:
+            started = time.monotonic()
+            result = subprocess.run(command, shell=True, cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+                                    capture_output=True, text=True, timeout=3600)
+            if result.returncode != 0:
+                pytest.fail(f"the README's `{command}` failed ({result.returncode}):\n"
+                            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+            summary = re.findall(r"^\d+ upgraded, .*$", result.stdout, re.M)
+            FACTS[f"README: {command}"] = f"{time.monotonic() - started:.1f} s" + \
+                (f" ({summary[-1]})" if summary else "")
+        changes = REPO_ROOT.parent / f"{match[1]}.changes"
+        assert changes.is_file(), f"the README's build did not write {changes}"
+        files = changes.read_text().split("\nFiles:\n", 1)[1].split("\n\n", 1)[0]
+        listed = [line.split()[-1] for line in files.splitlines() if line.startswith(" ")]
+        assert f"{match[1]}.deb" in listed, f"{changes} lists no {match[1]}.deb: {listed}"
+        for name in [*listed, changes.name]:
+            shutil.move(REPO_ROOT.parent / name, out / name)
+    finally:
+        for path in REPO_ROOT.parent.glob(ours):
+            path.unlink()
+        for path in kept.iterdir():
+            shutil.move(path, REPO_ROOT.parent / path.name)
     [deb] = out.glob("guidedaccess_*_amd64.deb")
-    FACTS["package build (dpkg-buildpackage -b)"] = f"{time.monotonic() - started:.1f} s, {deb.name}, " \
-        f"{deb.stat().st_size / 1e6:.1f} MB"
+    FACTS["package"] = f"{deb.name}, {deb.stat().st_size / 1e6:.1f} MB"
     root = workdir / "package-contents"
     subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
     binary = root / "usr/libexec/guidedaccessd"
@@ -193,7 +229,7 @@ def stage(rootfs, workdir):
     linked = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
     assert "libswiftCore" not in linked, f"{binary} links the Swift runtime dynamically:\n{linked}"
     started = time.monotonic()
-    lint = subprocess.run(["lintian", "--fail-on", "error,warning", str(out / "guidedaccess.changes")],
+    lint = subprocess.run(["lintian", "--fail-on", "error,warning", str(out / f"{match[1]}.changes")],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
     tags = [line for line in lint.stdout.splitlines() if re.match(r"[EWIPXO]: ", line)]
     FACTS["lintian"] = f"{time.monotonic() - started:.1f} s; " + ("; ".join(tags) or "no tags")
@@ -352,7 +388,7 @@ def x11_kiosk(x11_rootfs, stage, workdir):
     try:
         FACTS["X11 container: boot"] = f"{ct.boot():.1f} s"
         _CONTAINER.insert(0, ct)
-        install_package(ct)
+        ct.readme_install = install_as_the_readme_says(ct, f"/stage/{REPO_ROOT.name}")
         gtk_button = (REPO_ROOT / "Tests/desktop/gtk_button.py").read_text()
         for step, seconds in user_session.prepare_x11_kiosk(ct, gtk_button).items():
             FACTS[f"X11 container: {step}"] = f"{seconds:.2f} s"

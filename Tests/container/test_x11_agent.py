@@ -23,9 +23,12 @@ read from speech-dispatcher's log, the onset of sound from the recording.
 Screenshots are `import -window root` as the kiosk user, an X client with
 DISPLAY and XAUTHORITY. The caller is root with guidedaccessctl --system;
 a reply's time is taken in the container as it exits. In order:
+0. the package was installed with the README's own line, as written
+   (conftest `x11_kiosk`): that one package, nothing downloaded;
 1. the login starts the X session and the agent, which finds the display
    and registers: the system service's Desktop is x11, with the screen
-   reader, grayscale and invert-colors;
+   reader, grayscale and invert-colors; `guidedaccessctl --system doctor`
+   says so (its system-mode checks pass, zoom is missing with its reason);
 2. StartSession, then ConfigureForSession(screen-reader) (`enable`): "Order
    now push button." said and heard within 5 s of the reply; EndSession:
    Orca's unit and processes gone within 1 s of the reply, silent;
@@ -36,6 +39,7 @@ a reply's time is taken in the container as it exits. In order:
 The figures are printed (-s) and in the run's summary.
 """
 
+import json
 import re
 import time
 
@@ -130,6 +134,22 @@ def app_said(ct, line):
 # --- the steps ----------------------------------------------------------------
 
 
+def test_0_installed_with_the_readme_line_as_written(x11_kiosk):
+    """The README's `apt-get install ../guidedaccess_…_amd64.deb`, run as
+    written (conftest `x11_kiosk`), installed exactly that package: every
+    Depends and Recommends was there, nothing downloaded, nothing asked.
+    Then the service answers (the README's "Try it", as root of a
+    system-mode kiosk)."""
+    ct = x11_kiosk
+    installed = re.findall(r"^Setting up (\S+) ", ct.readme_install, re.M)
+    fact("the README's install line", re.findall(r"^\d+ upgraded, .*$", ct.readme_install, re.M)[-1])
+    assert installed == ["guidedaccess"], ct.readme_install
+    assert re.search(r"^0 upgraded, 1 newly installed, 0 to remove", ct.readme_install, re.M), ct.readme_install
+    assert not re.search(r"^(Get|Err):\d+ \w+://", ct.readme_install, re.M), ct.readme_install
+    status = ct.run(["guidedaccessctl", "--system", "status"]).stdout
+    assert re.search(r"^Desktop:", status, re.M), status
+
+
 def test_1_the_login_starts_the_x_session_and_the_agent_which_finds_the_display(x11_kiosk):
     ct = x11_kiosk
     # Root's X server (a display manager's) holds the lowest display number.
@@ -167,6 +187,23 @@ def test_1_the_login_starts_the_x_session_and_the_agent_which_finds_the_display(
     fact("the agent's detection", detected[2])
     us.wait_for(lambda: app_said(ct, "active"), "the kiosk's window active (matchbox gave it the focus)", timeout=15)
     assert not running(ct, ORCA) and not running(ct, PICOM)
+    # guidedaccessctl doctor, as root of the locked kiosk, agrees: the
+    # system-mode checks pass (the agent, the dconf profile line, the polkit
+    # policy, the unit), zoom is missing with its reason, and the three
+    # features delivered here are enough when they are the ones required.
+    out = ct.run(["guidedaccessctl", "--system", "doctor", "--json"], check=False)
+    assert out.returncode == 6, f"doctor exited {out.returncode}: {out.stdout}{out.stderr}"
+    report = json.loads(out.stdout)
+    assert report["mode"] == "system" and report["desktop"] == "x11" and report["agent"] == KIOSK_USER, report
+    checks = {check["name"]: check for check in report["checks"]}
+    for name in ("agent", "dconf-profile", "polkit-policy", "unit"):
+        assert checks[name]["ok"], checks.get(name)
+    assert report["missing"] == ["zoom"], report["missing"]
+    assert "picom has none" in report["features"]["zoom"]["reason"], report["features"]["zoom"]
+    fact("doctor --json: zoom's reason", report["features"]["zoom"]["reason"])
+    rc = ct.run(["guidedaccessctl", "--system", "doctor", "--feature", "screen-reader", "--feature", "grayscale",
+                 "--feature", "invert-colors"], check=False)
+    assert rc.returncode == 0, rc.stdout + rc.stderr
 
 
 def test_2_the_screen_reader_speaks_the_focused_button_and_is_gone_after_the_end(x11_kiosk):
