@@ -62,7 +62,8 @@ package final class SettingsDriver: FeatureDriver {
                 let missing = FeatureKeyMap.requirements(of: feature).filter { !$0.isOptional && available[$0.key] != true }
                 capabilities[feature] = .impossible(
                     "this system's settings (\(backend.name) backend) lack "
-                        + missing.map { "\($0.key)" }.joined(separator: ", "))
+                        + missing.map { "\($0.key)" }.joined(separator: ", ")
+                        + ": their schemas come with gsettings-desktop-schemas, in a version that has these keys")
             }
         }
         self.capabilities = capabilities

@@ -237,9 +237,22 @@ struct FeatureRealisation: Hashable, Sendable {
     /// say than that.
     var notes: [Feature: String] = [:]
 
-    /// The reason for a feature the desktop does not act on.
+    /// The reason for a feature the desktop does not act on: the note, and
+    /// the desktops that do deliver it (`… (GNOME Kiosk has no colour
+    /// effects; gnome-shell and x11 do)`), what would deliver it.
     func notActing(_ feature: Feature, on desktop: Desktop) -> String {
-        "the desktop '\(desktop)' does not act on it" + (notes[feature].map { " (\($0))" } ?? "")
+        let others = Desktop.allCases.filter { other in
+            guard other != desktop, other != .none else { return false }
+            let realisation = other.realisation(DesktopFacts())
+            return realisation.byKeys[feature] != nil || realisation.byProgram.contains(feature)
+        }
+        let names = others.map(\.rawValue)
+        let delivering =
+            names.count < 2
+            ? names.joined()
+            : names.dropLast().joined(separator: ", ") + " and " + names.last!
+        let parts = [notes[feature], delivering.isEmpty ? nil : delivering + (names.count == 1 ? " does" : " do")]
+        return "the desktop '\(desktop)' does not act on it (" + parts.compactMap { $0 }.joined(separator: "; ") + ")"
     }
 }
 

@@ -76,14 +76,14 @@ public enum ProgramKind: String, CaseIterable, Hashable, Sendable {
     ) -> String? {
         switch self {
         case .screenReader:
-            if installed.executable(executable) == nil { return "orca is not installed" }
-            if installed.executable("speech-dispatcher") == nil { return "speech-dispatcher is not installed" }
+            if installed.executable(executable) == nil { return "orca is not installed (package orca)" }
+            if installed.executable("speech-dispatcher") == nil { return "speech-dispatcher is not installed (package speech-dispatcher)" }
             if installed.speechOutputModules.isEmpty {
-                return "speech-dispatcher has no output module (e.g. speech-dispatcher-espeak-ng)"
+                return "speech-dispatcher has no output module: install one (e.g. package speech-dispatcher-espeak-ng)"
             }
-            if needsDisplay, x11Display == nil { return "the session has no X display, which Orca needs (Xwayland on Wayland)" }
+            if needsDisplay, x11Display == nil { return "the session has no X display, which Orca needs (on Wayland: the compositor's Xwayland)" }
         case .onScreenKeyboard:
-            if installed.executable(executable) == nil { return "wvkbd (wvkbd-mobintl) is not installed" }
+            if installed.executable(executable) == nil { return "wvkbd (wvkbd-mobintl) is not installed (package wvkbd)" }
             if needsDisplay, waylandDisplay == nil { return "the session has no Wayland display for wvkbd" }
         case .compositor:
             if installed.executable(executable) == nil { return "picom is not installed (package picom)" }

@@ -152,7 +152,8 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
 
     /// Why a feature only a session agent could deliver is not supported
     /// while none is registered (spec 1.2, section 1).
-    public static let noAgent = "no session agent is registered (guidedaccess-agent.service of the kiosk user)"
+    public static let noAgent =
+        "no session agent is registered (guidedaccess-agent.service of the kiosk user: systemctl --global enable guidedaccess-agent.service starts it at the login, [Agent] AllowUsers= admits the user)"
 
     /// seat0's active session's `Desktop` and `Type` when it is a graphical
     /// one, or nil (no logind, no active session, no answer within 2 s).

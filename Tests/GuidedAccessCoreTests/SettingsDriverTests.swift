@@ -23,7 +23,9 @@ import Testing
         keys[.colorSaturation] = nil
         let driver = SettingsDriver(backend: TestBackend(MemorySettingsBackend(knownKeys: keys)))
         #expect(driver.capabilities == [
-            .grayscale: .impossible("this system's settings (test backend) lack org.gnome.desktop.a11y.magnifier color-saturation")
+            .grayscale: .impossible(
+                "this system's settings (test backend) lack org.gnome.desktop.a11y.magnifier color-saturation"
+                    + ": their schemas come with gsettings-desktop-schemas, in a version that has these keys")
         ])
     }
 

@@ -118,7 +118,9 @@ import GuidedAccessCore
         let before50 = Desktop.gnomeKiosk.realisation(Self.bare)
         #expect(before50.byKeys == [.largeText: .part, .highContrast: .part, .reduceMotion: .part])
         #expect(before50.byProgram == [.screenReader])
-        #expect(before50.notActing(.invertColors, on: .gnomeKiosk) == "the desktop 'gnome-kiosk' does not act on it (GNOME Kiosk has no colour effects)")
+        #expect(
+            before50.notActing(.invertColors, on: .gnomeKiosk)
+                == "the desktop 'gnome-kiosk' does not act on it (GNOME Kiosk has no colour effects; gnome-shell and x11 do)")
         #expect(before50.notActing(.zoom, on: .gnomeKiosk).contains("from version 50"))
         let from50 = Desktop.gnomeKiosk.realisation(DesktopFacts(sessionStartsScreenReader: true, kioskMagnifier: true))
         #expect(from50.byKeys[.zoom] == .wholeScreen && from50.byKeys[.screenReader] == .wholeScreen)
@@ -137,6 +139,17 @@ import GuidedAccessCore
         for desktop in [Desktop.cage, .weston] {
             #expect(desktop.realisation(Self.bare).byProgram == [.screenReader])
         }
+    }
+
+    /// The reason names what would deliver the feature: the desktops that do.
+    @Test func aFeatureADesktopDoesNotActOnNamesTheDesktopsThatDo() {
+        #expect(
+            Desktop.cage.realisation(Self.bare).notActing(.onScreenKeyboard, on: .cage)
+                == "the desktop 'cage' does not act on it (gnome-shell, sway, labwc and wayfire do)")
+        #expect(Desktop.sway.realisation(Self.bare).notActing(.zoom, on: .sway) == "the desktop 'sway' does not act on it (gnome-shell does)")
+        #expect(
+            Desktop.none.realisation(Self.bare).notActing(.screenReader, on: .none)
+                == "the desktop 'none' does not act on it (gnome-shell, gnome-kiosk, kwin, sway, cage, labwc, wayfire, weston and x11 do)")
     }
 
     /// X11's colour features and GTK settings are programs the service runs (picom, xsettingsd).
@@ -158,14 +171,14 @@ import GuidedAccessCore
         #expect(reader.unavailableReason(installed: all, x11Display: ":0", waylandDisplay: nil) == nil)
         #expect(
             reader.unavailableReason(installed: Self.installed(["speech-dispatcher"]), x11Display: ":0", waylandDisplay: nil)
-                == "orca is not installed")
+                == "orca is not installed (package orca)")
         #expect(
             reader.unavailableReason(installed: Self.installed(["orca"]), x11Display: ":0", waylandDisplay: nil)
-                == "speech-dispatcher is not installed")
+                == "speech-dispatcher is not installed (package speech-dispatcher)")
         #expect(
             reader.unavailableReason(
                 installed: Self.installed(["orca", "speech-dispatcher"], modules: []), x11Display: ":0", waylandDisplay: nil
-            )?.hasPrefix("speech-dispatcher has no output module") == true)
+            ) == "speech-dispatcher has no output module: install one (e.g. package speech-dispatcher-espeak-ng)")
         #expect(
             reader.unavailableReason(installed: all, x11Display: nil, waylandDisplay: "wayland-0")?.contains("no X display")
                 == true)
@@ -177,7 +190,7 @@ import GuidedAccessCore
         #expect(keyboard.unavailableReason(installed: Self.installed(["wvkbd-mobintl"]), x11Display: nil, waylandDisplay: "wayland-1") == nil)
         #expect(
             keyboard.unavailableReason(installed: Self.installed([]), x11Display: nil, waylandDisplay: "wayland-1")
-                == "wvkbd (wvkbd-mobintl) is not installed")
+                == "wvkbd (wvkbd-mobintl) is not installed (package wvkbd)")
         #expect(
             keyboard.unavailableReason(installed: Self.installed(["wvkbd-mobintl"]), x11Display: ":0", waylandDisplay: nil)
                 == "the session has no Wayland display for wvkbd")

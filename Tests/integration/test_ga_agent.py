@@ -28,7 +28,8 @@ pytest.importorskip("dbusmock", reason="python-dbusmock is installed by scripts/
 
 READER = ("org.gnome.desktop.a11y.applications", "screen-reader-enabled")
 TEXT = ("org.gnome.desktop.interface", "text-scaling-factor")
-NO_AGENT = "no session agent is registered (guidedaccess-agent.service of the kiosk user)"
+NO_AGENT = ("no session agent is registered (guidedaccess-agent.service of the kiosk user: systemctl --global enable "
+            "guidedaccess-agent.service starts it at the login, [Agent] AllowUsers= admits the user)")
 REGISTERED, REFUSED, LOST = (f"3c4bd2b4c5a24b8f9c6e0a1d2f3e4a5{c}" for c in "89a")
 GAVE_UP = "3c4bd2b4c5a24b8f9c6e0a1d2f3e4a57"
 

@@ -29,8 +29,9 @@ def test_on_a_bare_bus_the_desktop_is_none_and_no_feature_is_supported(ga_env):
     assert rec.prop("SupportedFeatures") == []
     name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
     assert name == GA_ERROR + "UnsupportedFeature"
-    # Where a browser would deliver it, the message says how to attach one.
-    assert message == "zoom: the desktop 'none' does not act on it, and no browser is attached: start the kiosk browser with guidedaccessctl browser"
+    # The way out: the desktop that delivers it, and where a browser would, how to attach one.
+    assert message == ("zoom: the desktop 'none' does not act on it (gnome-shell does), and no browser is attached: "
+                       "start the kiosk browser with guidedaccessctl browser")
     assert rec.prop("SessionActive") is False
 
 
@@ -65,7 +66,7 @@ def test_screen_reader_without_orca_installed_is_unsupported_naming_why(ga_env, 
     rec = Recorder(ga_env)
     assert rec.prop("SupportedFeatures") == []
     name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["screen-reader"], signature="s")},))
-    assert (name, message) == (GA_ERROR + "UnsupportedFeature", "screen-reader: orca is not installed")
+    assert (name, message) == (GA_ERROR + "UnsupportedFeature", "screen-reader: orca is not installed (package orca)")
 
 
 def test_screen_reader_without_an_x_display_is_unsupported_naming_why(ga_env):
@@ -76,7 +77,7 @@ def test_screen_reader_without_an_x_display_is_unsupported_naming_why(ga_env):
     start_session(rec, "large-text")
     name, message = rec.error("ConfigureForSession", "asb", (["screen-reader"], True))
     assert name == GA_ERROR + "UnsupportedFeature"
-    assert message == "screen-reader: the session has no X display, which Orca needs (Xwayland on Wayland)"
+    assert message == "screen-reader: the session has no X display, which Orca needs (on Wayland: the compositor's Xwayland)"
 
 
 def test_a_screen_reader_that_cannot_be_started_fails_the_call_and_changes_nothing(ga_env, tmp_path):
@@ -164,10 +165,10 @@ def test_gnome_kiosk_is_recognised_by_its_name_before_the_shells_and_claims_no_c
         name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array([feature], signature="s")},))
         assert (name, message) == (
             GA_ERROR + "UnsupportedFeature",
-            f"{feature}: the desktop 'gnome-kiosk' does not act on it (GNOME Kiosk has no colour effects), and no browser is attached: start the kiosk browser with guidedaccessctl browser")
+            f"{feature}: the desktop 'gnome-kiosk' does not act on it (GNOME Kiosk has no colour effects; gnome-shell and x11 do), and no browser is attached: start the kiosk browser with guidedaccessctl browser")
     name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
     assert message == ("zoom: the desktop 'gnome-kiosk' does not act on it (GNOME Kiosk has a magnifier from "
-                       "version 50, and the one running has none), and no browser is attached: start the kiosk "
+                       "version 50, and the one running has none; gnome-shell does), and no browser is attached: start the kiosk "
                        "browser with guidedaccessctl browser"), message
     assert "desktop: gnome-kiosk (detected; WAYLAND_DISPLAY=wayland-0, compositor gnome-kiosk" in daemon.log()
     rec.call("StartSession", "a{sv}", ({"features": dbus.Array(["high-contrast", "large-text"], signature="s")},))

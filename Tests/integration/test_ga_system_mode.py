@@ -238,7 +238,9 @@ def screen_reader_refusal(rec):
 
 ALL = ["grayscale", "high-contrast", "invert-colors", "large-text", "on-screen-keyboard", "reduce-motion",
        "screen-reader", "zoom"]
-NO_AGENT = "no session agent is registered (guidedaccess-agent.service of the kiosk user)"
+# The way out is named: the unit to enable for the kiosk user, the key that admits it.
+NO_AGENT = ("no session agent is registered (guidedaccess-agent.service of the kiosk user: systemctl --global enable "
+            "guidedaccess-agent.service starts it at the login, [Agent] AllowUsers= admits the user)")
 
 
 def no_reader(why):
