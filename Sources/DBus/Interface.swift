@@ -412,8 +412,15 @@ enum Introspection {
         }
         var out = "  <interface name=\"\(escape(interface.name))\">\n" + doc("", indent: "    ")
         for method in interface.methods {
-            let inner = doc(method.name, indent: "      ")
-                + method.inputs.map { argument($0, direction: "in") }.joined()
+            var inner = doc(method.name, indent: "      ")
+            for (direction, arguments) in [("In", method.inputs), ("Out", method.outputs)] {
+                for (index, argument) in arguments.enumerated() {
+                    if let name = qtTypeName(argument.type.signature) {
+                        inner += "      <annotation name=\"\(qtTypeNameAnnotation).\(direction)\(index)\" value=\"\(name)\"/>\n"
+                    }
+                }
+            }
+            inner += method.inputs.map { argument($0, direction: "in") }.joined()
                 + method.outputs.map { argument($0, direction: "out") }.joined()
             out += element("method", method.name, inner)
         }
@@ -424,6 +431,9 @@ enum Introspection {
         for property in interface.properties {
             let access = property.isWritable ? "readwrite" : "read"
             var inner = doc(property.name, indent: "      ")
+            if let name = qtTypeName(property.type.signature) {
+                inner += "      <annotation name=\"\(qtTypeNameAnnotation)\" value=\"\(name)\"/>\n"
+            }
             if property.changes != .emitsValue {
                 inner += "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(property.changes.rawValue)\"/>\n"
             }
@@ -432,6 +442,22 @@ enum Introspection {
                 attributes: " type=\"\(escape(property.type.signature))\" access=\"\(access)\"")
         }
         return out + "  </interface>\n"
+    }
+
+    /// Qt's annotation naming the C++ type of an argument or property
+    /// (`.In0`, `.Out1` for a method's arguments): Qt 5's `qdbusxml2cpp`
+    /// stops at a type it does not know without one, so the installed XML
+    /// carries it and a Qt kiosk app generates its proxy from that file as
+    /// it is. (No signal has such a type; Qt 5 and 6 name a signal's
+    /// arguments differently.)
+    static let qtTypeNameAnnotation = "org.qtproject.QtDBus.QtTypeName"
+
+    /// The Qt type for a signature `qdbusxml2cpp` does not know: nil for
+    /// the basic types and `as`/`ay` (QStringList, QByteArray), QVariantMap
+    /// for `a{sv}`, else QDBusArgument (read with `>>`).
+    static func qtTypeName(_ signature: String) -> String? {
+        if signature.utf8.count == 1 || signature == "as" || signature == "ay" { return nil }
+        return signature == "a{sv}" ? "QVariantMap" : "QDBusArgument"
     }
 
     /// A member's element, closed at once when it has nothing inside.

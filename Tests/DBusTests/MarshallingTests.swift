@@ -229,7 +229,10 @@ struct Item: DBusRepresentable {
     @Test func introspectionListsEveryMemberWithItsSignature() {
         let xml = Introspection.xml(interfaces: [interface], children: ["child"])
         #expect(xml.hasPrefix("<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\""))
-        #expect(xml.contains("<method name=\"Start\">\n      <arg type=\"a{sv}\" name=\"options\" direction=\"in\"/>"))
+        #expect(
+            xml.contains(
+                "<method name=\"Start\">\n      <annotation name=\"org.qtproject.QtDBus.QtTypeName.In0\" value=\"QVariantMap\"/>\n"
+                    + "      <arg type=\"a{sv}\" name=\"options\" direction=\"in\"/>"))
         #expect(xml.contains("<arg type=\"a(ssss)\" name=\"items\" direction=\"out\"/>"))
         #expect(xml.contains("<property name=\"Active\" type=\"b\" access=\"read\"/>"))
         #expect(xml.contains("<property name=\"Name\" type=\"s\" access=\"readwrite\"/>"))
@@ -240,15 +243,18 @@ struct Item: DBusRepresentable {
     }
 
     /// The whole text, as it was when signatures were written out as
-    /// strings: deriving them from the types changes no byte of it.
+    /// strings (deriving them from the types changes no byte of it), with
+    /// Qt's type names for the containers qdbusxml2cpp does not know.
     @Test func introspectionOfTheDeclarationIsByteForByteTheSame() {
         let xml = Introspection.xml(interfaces: [interface], children: ["child"])
         let expected = """
               <interface name="org.example.Thing1">
                 <method name="Start">
+                  <annotation name="org.qtproject.QtDBus.QtTypeName.In0" value="QVariantMap"/>
                   <arg type="a{sv}" name="options" direction="in"/>
                 </method>
                 <method name="List">
+                  <annotation name="org.qtproject.QtDBus.QtTypeName.Out0" value="QDBusArgument"/>
                   <arg type="a(ssss)" name="items" direction="out"/>
                 </method>
                 <signal name="Changed">
