@@ -16,8 +16,8 @@ display and speech-dispatcher's log ready (user mode, the screen reader).
 `agent_rootfs`: that plus sway, Xwayland and PipeWire; `agent_kiosk`: it
 booted (persistent across `reboot()`), system mode with the session agent
 enabled for every user (test_agent_speech.py). `x11_rootfs`: that plus
-picom, matchbox, ImageMagick and wvkbd (every Recommends of the package is
-then there); `x11_kiosk`: it booted, the package installed with the README's
+picom, matchbox, ImageMagick, xsettingsd and wvkbd (every Recommends of the
+package is then there); `x11_kiosk`: it booted, the package installed with the README's
 own line (`apt-get install ../guidedaccess_….deb`, no network), the same system
 mode with an X11 session (Xvfb, matchbox, a GTK window) instead of sway
 (test_x11_agent.py).
@@ -146,7 +146,7 @@ def agent_rootfs(speech_rootfs):
 
 @pytest.fixture(scope="session")
 def x11_rootfs(agent_rootfs):
-    """The agent root filesystem plus picom, matchbox, ImageMagick and wvkbd
+    """The agent root filesystem plus picom, matchbox, ImageMagick, xsettingsd and wvkbd
     (user_session.py), cached separately: only test_x11_agent.py pays for it."""
     try:
         root, seconds = user_session.ensure_x11_rootfs(agent_rootfs, log=lambda line: print(line, file=sys.stderr))

@@ -35,7 +35,11 @@ a reply's time is taken in the container as it exits. In order:
 3. StartSession, then ConfigureForSession(grayscale): the root window's
    mean HSL saturation ≤ 0.01 (a picom in
    guidedaccess-agent-compositor-*.service); EndSession: the screen
-   pixel-identical to before (AE = 0), no picom left.
+   pixel-identical to before (AE = 0), no picom left;
+4. StartSession(large-text 1.5, high-contrast, reduce-motion): the GTK
+   window's own settings (it prints them) become HighContrast, dpi 147456,
+   animations off, through an xsettingsd the agent runs; EndSession: as
+   before, no xsettingsd left.
 The figures are printed (-s) and in the run's summary.
 """
 
@@ -123,12 +127,26 @@ def logged(ct, pattern, timeout=10):
         raise AssertionError(f"{error}; it says:\n{tail}")
 
 
+def app_lines(ct):
+    """What the kiosk's GTK window printed (gtk_button.py: "mapped",
+    "active", "focus"; its GTK settings at the start and each change:
+    "theme NAME", "dpi N", "animations on|off")."""
+    return ct.run(["journalctl", "--user", "--no-pager", "-o", "cat", "-u", us.X11_SESSION_UNIT], user=KIOSK_USER,
+                  check=False).stdout.splitlines()
+
+
 def app_said(ct, line):
-    """Whether the kiosk's GTK window printed LINE (gtk_button.py: "mapped",
-    "active", "focus")."""
-    out = ct.run(["journalctl", "--user", "--no-pager", "-o", "cat", "-u", us.X11_SESSION_UNIT], user=KIOSK_USER,
-                 check=False).stdout
-    return line in out.splitlines()
+    return line in app_lines(ct)
+
+
+def gtk_settings(lines):
+    """The window's GTK settings as it last printed them."""
+    last = {}
+    for line in lines:
+        name, _, value = line.partition(" ")
+        if name in ("animations", "theme", "dpi"):
+            last[name] = value
+    return last
 
 
 # --- the steps ----------------------------------------------------------------
@@ -302,3 +320,32 @@ def test_3_grayscale_is_a_picom_the_agent_runs_and_the_screen_comes_back(x11_kio
          f"{checks}")
     us.wait_for(lambda: not units(ct, COMPOSITORS), "the compositor's unit gone", timeout=5, interval=0.05)
     assert not running(ct, PICOM) and not running(ct, ORCA)
+
+
+def test_4_text_contrast_and_motion_reach_the_gtk_window_through_the_agents_xsettingsd_and_go_back(x11_kiosk):
+    """System mode delivers what user mode does on X11: large-text,
+    high-contrast and reduce-motion through an xsettingsd the agent runs
+    (GTK reads XSETTINGS on X11); after EndSession GTK's settings are as
+    before and no xsettingsd is left."""
+    ct = x11_kiosk
+    supported = prop(ct, "SupportedFeatures")
+    for feature in ("large-text", "high-contrast", "reduce-motion"):
+        assert f"'{feature}'" in supported, supported
+    before = gtk_settings(app_lines(ct))
+    assert before.get("theme") != "HighContrast" and before.get("animations") == "on", before
+    reply = ctl_ok(ct, "start", "--feature", "large-text", "--feature", "high-contrast", "--feature", "reduce-motion",
+                   "--text-scale", "1.5")
+    wanted = {"theme": "HighContrast", "dpi": str(96 * 1024 * 3 // 2), "animations": "off"}
+    us.wait_for(lambda: gtk_settings(app_lines(ct)) == wanted, f"GTK's settings {wanted}", timeout=10, interval=0.05)
+    fact("StartSession(large-text 1.5, high-contrast, reduce-motion) reply → GTK's settings changed",
+         f"{now(ct) - reply:.2f} s or less: {wanted}")
+    [(pid, cgroup, command)] = running(ct, "/usr/bin/xsettingsd")
+    assert cgroup.startswith(APP_SLICE + "guidedaccess-agent-xsettings-"), cgroup
+    ended = ctl_ok(ct, "end")
+    try:
+        us.wait_for(lambda: gtk_settings(app_lines(ct)) == before and not running(ct, "/usr/bin/xsettingsd"),
+                    f"GTK's settings back to {before}, no xsettingsd", timeout=10, interval=0.05)
+    except TimeoutError as error:
+        raise AssertionError(f"{error}: they are {gtk_settings(app_lines(ct))}, xsettingsd "
+                             f"{running(ct, '/usr/bin/xsettingsd')}")
+    fact("EndSession reply → GTK's settings as before, no xsettingsd", f"{now(ct) - ended:.2f} s or less: {before}")

@@ -11,7 +11,7 @@ service's screen reader, a transient unit of that manager, needs around it.
   PipeWire, WirePlumber, pipewire-pulse and parec (AGENT_PACKAGES), cached
   as rootfs-bookworm-agent the same way (test_agent_speech.py only).
 - `ensure_x11_rootfs()`: the agent root filesystem plus picom, matchbox,
-  ImageMagick and wvkbd (X11_PACKAGES), cached as rootfs-bookworm-x11 the same way
+  ImageMagick, xsettingsd and wvkbd (X11_PACKAGES), cached as rootfs-bookworm-x11 the same way
   (test_x11_agent.py only).
 - `ensure_browser_rootfs()`: the base plus Chromium and iproute2
   (BROWSER_PACKAGES), cached as rootfs-bookworm-browser the same way
@@ -58,11 +58,13 @@ AGENT_ROOTFS = f"rootfs-{nspawn.SUITE}-agent"
 # The X11 kiosk with the session agent (test_x11_agent.py): the agent root
 # filesystem (Orca, speech-dispatcher, Xvfb, PipeWire and parec) plus picom
 # (the compositor the service runs for invert-colors and grayscale),
-# matchbox (the kiosk's window manager) and ImageMagick (screenshots); and
-# wvkbd, the last of the package's Recommends this root filesystem lacked:
-# the X11 kiosk installs the package with the README's own line (Recommends
-# installed, no -y), which then needs nothing from the network.
-X11_PACKAGES = ["picom", "matchbox-window-manager", "imagemagick", "wvkbd"]
+# matchbox (the kiosk's window manager), ImageMagick (screenshots) and
+# xsettingsd (the settings manager the agent runs for GTK's text, contrast
+# and motion); and wvkbd, the last of the package's Recommends this root
+# filesystem lacked: the X11 kiosk installs the package with the README's
+# own line (Recommends installed, no -y), which then needs nothing from the
+# network.
+X11_PACKAGES = ["picom", "matchbox-window-manager", "imagemagick", "xsettingsd", "wvkbd"]
 X11_ROOTFS = f"rootfs-{nspawn.SUITE}-x11"
 # The kiosk browser (test_browser_units.py): Debian 12's Chromium, run
 # headless (no display needed), and iproute2 for `ss` (what listens).
@@ -148,7 +150,7 @@ def x11_stamp_text():
 
 def ensure_x11_rootfs(agent, log=print):
     """The cached X11 root filesystem: the agent one (AGENT, from
-    ensure_agent_rootfs()) plus picom, matchbox, ImageMagick and wvkbd
+    ensure_agent_rootfs()) plus picom, matchbox, ImageMagick, xsettingsd and wvkbd
     (X11_PACKAGES), built when absent or stale. Returns (path, seconds
     spent building: 0.0 when cached)."""
     return _ensure_layer(agent, X11_ROOTFS, x11_stamp_text(), X11_PACKAGES, log)
