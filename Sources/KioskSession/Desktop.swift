@@ -239,11 +239,12 @@ struct FeatureRealisation: Hashable, Sendable {
 
     /// The reason for a feature the desktop does not act on: the note, and
     /// the desktops that do deliver it (`… (GNOME Kiosk has no colour
-    /// effects; gnome-shell and x11 do)`), what would deliver it.
+    /// effects; gnome-shell and x11 do)`), what would deliver it — each in
+    /// its latest version (GNOME Kiosk 50's magnifier counts).
     func notActing(_ feature: Feature, on desktop: Desktop) -> String {
         let others = Desktop.allCases.filter { other in
             guard other != desktop, other != .none else { return false }
-            let realisation = other.realisation(DesktopFacts())
+            let realisation = other.realisation(DesktopFacts(sessionStartsScreenReader: true, kioskMagnifier: true))
             return realisation.byKeys[feature] != nil || realisation.byProgram.contains(feature)
         }
         let names = others.map(\.rawValue)

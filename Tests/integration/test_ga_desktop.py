@@ -30,7 +30,7 @@ def test_on_a_bare_bus_the_desktop_is_none_and_no_feature_is_supported(ga_env):
     name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
     assert name == GA_ERROR + "UnsupportedFeature"
     # The way out: the desktop that delivers it, and where a browser would, how to attach one.
-    assert message == ("zoom: the desktop 'none' does not act on it (gnome-shell does), and no browser is attached: "
+    assert message == ("zoom: the desktop 'none' does not act on it (gnome-shell and gnome-kiosk do), and no browser is attached: "
                        "start the kiosk browser with guidedaccessctl browser")
     assert rec.prop("SessionActive") is False
 
