@@ -177,7 +177,9 @@ def stage(rootfs, workdir):
     nothing there). dpkg-buildpackage writes the package and its
     .buildinfo/.changes beside the repository, as the README says; they are
     moved into a directory of the work directory (bound read-only at
-    /stage), and files of those names that were there before are put back.
+    /stage). Files of those names already there stop the run (they are not
+    the test's to overwrite), and so does a README whose package is not the
+    version debian/changelog builds.
     `x11_kiosk` runs the README's install line on the kiosk. lintian's
     errors and warnings fail the run (a justified one belongs in debian/'s
     lintian-overrides); its other tags are printed with the facts."""
@@ -189,14 +191,18 @@ def stage(rootfs, workdir):
     # The directory the README's install line runs in (a clone of the
     # repository there, here an empty one beside the package).
     (out / REPO_ROOT.name).mkdir()
+    # The README names the version debian/changelog builds.
+    version = subprocess.run(["dpkg-parsechangelog", "-SVersion"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+    assert match[1] == f"guidedaccess_{version}_amd64", \
+        f"the README installs {match[1]}.deb, debian/changelog builds guidedaccess_{version}_amd64.deb"
     # What the build writes beside the repository: the .changes and the
-    # files it lists (the package, its -dbgsym, the .buildinfo).
-    version = match[1].split("_")[1]
+    # files it lists (the package, its -dbgsym, the .buildinfo). Files of
+    # those names already there are not ours to overwrite or move.
     ours = f"guidedaccess*_{version}_*"
-    kept = workdir / "kept-beside-the-repository"
-    kept.mkdir()
-    for path in REPO_ROOT.parent.glob(ours):
-        shutil.move(path, kept / path.name)
+    there = sorted(str(path) for path in REPO_ROOT.parent.glob(ours))
+    if there:
+        pytest.fail(f"the README's build would overwrite {', '.join(there)}: move them away and run again")
     try:
         for command in build:
             started = time.monotonic()
@@ -216,10 +222,10 @@ def stage(rootfs, workdir):
         for name in [*listed, changes.name]:
             shutil.move(REPO_ROOT.parent / name, out / name)
     finally:
+        # A failed build's leftovers (all written by it: nothing was there before).
         for path in REPO_ROOT.parent.glob(ours):
-            path.unlink()
-        for path in kept.iterdir():
-            shutil.move(path, REPO_ROOT.parent / path.name)
+            if path.is_file():
+                path.unlink()
     [deb] = out.glob("guidedaccess_*_amd64.deb")
     FACTS["package"] = f"{deb.name}, {deb.stat().st_size / 1e6:.1f} MB"
     root = workdir / "package-contents"

@@ -160,10 +160,10 @@ def test_0_installed_with_the_readme_line_as_written(x11_kiosk):
     system-mode kiosk)."""
     ct = x11_kiosk
     installed = re.findall(r"^Setting up (\S+) ", ct.readme_install, re.M)
-    fact("the README's install line", re.findall(r"^\d+ upgraded, .*$", ct.readme_install, re.M)[-1])
     assert installed == ["guidedaccess"], ct.readme_install
-    assert re.search(r"^0 upgraded, 1 newly installed, 0 to remove", ct.readme_install, re.M), ct.readme_install
-    assert not re.search(r"^(Get|Err):\d+ \w+://", ct.readme_install, re.M), ct.readme_install
+    summary = re.search(r"^0 upgraded, 1 newly installed, 0 to remove.*$", ct.readme_install, re.M)
+    assert summary, ct.readme_install
+    fact("the README's install line", summary[0])
     status = ct.run(["guidedaccessctl", "--system", "status"]).stdout
     assert re.search(r"^Desktop:", status, re.M), status
 
