@@ -425,7 +425,16 @@ enum Introspection {
             out += element("method", method.name, inner)
         }
         for signal in interface.signals {
-            let inner = doc(signal.name, indent: "      ") + signal.arguments.map { argument($0, direction: nil) }.joined()
+            var inner = doc(signal.name, indent: "      ")
+            // Qt 5's qdbusxml2cpp reads a signal's argument types as Out<N>, Qt 6's as In<N>: both.
+            for (index, argument) in signal.arguments.enumerated() {
+                if let name = qtTypeName(argument.type.signature) {
+                    for direction in ["Out", "In"] {
+                        inner += "      <annotation name=\"\(qtTypeNameAnnotation).\(direction)\(index)\" value=\"\(name)\"/>\n"
+                    }
+                }
+            }
+            inner += signal.arguments.map { argument($0, direction: nil) }.joined()
             out += element("signal", signal.name, inner)
         }
         for property in interface.properties {
@@ -448,8 +457,7 @@ enum Introspection {
     /// (`.In0`, `.Out1` for a method's arguments): Qt 5's `qdbusxml2cpp`
     /// stops at a type it does not know without one, so the installed XML
     /// carries it and a Qt kiosk app generates its proxy from that file as
-    /// it is. (No signal has such a type; Qt 5 and 6 name a signal's
-    /// arguments differently.)
+    /// it is.
     static let qtTypeNameAnnotation = "org.qtproject.QtDBus.QtTypeName"
 
     /// The Qt type for a signature `qdbusxml2cpp` does not know: nil for

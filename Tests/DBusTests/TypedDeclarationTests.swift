@@ -173,12 +173,16 @@ struct LoggedPeers {
             xml.contains(
                 """
                     <signal name="Tagged">
+                      <annotation name="org.qtproject.QtDBus.QtTypeName.Out0" value="QDBusArgument"/>
+                      <annotation name="org.qtproject.QtDBus.QtTypeName.In0" value="QDBusArgument"/>
+                      <annotation name="org.qtproject.QtDBus.QtTypeName.Out1" value="QVariantMap"/>
+                      <annotation name="org.qtproject.QtDBus.QtTypeName.In1" value="QVariantMap"/>
                       <arg type="(ss)" name="item"/>
                       <arg type="a{sv}" name="extra"/>
                     </signal>
                 """))
         #expect(xml.contains("    <signal name=\"Reset\"/>\n"))
-        // Qt's type for what qdbusxml2cpp does not know; none for a signal's arguments.
+        // Qt's type for what qdbusxml2cpp does not know.
         #expect(
             xml.contains(
                 "<property name=\"Labels\" type=\"a(ss)\" access=\"readwrite\">\n"
