@@ -127,7 +127,7 @@ enum InterfaceDocumentation {
         "UnsupportedReasons": """
         (An addition beyond API 1.2) For each feature not in SupportedFeatures, why: the message of the \
         UnsupportedFeature error a call asking for it gets now (zoom → "zoom: the desktop 'sway' does not \
-        act on it"). It changes with SupportedFeatures, in the same PropertiesChanged.
+        act on it (gnome-shell and gnome-kiosk do)"). It changes with SupportedFeatures, in the same PropertiesChanged.
         """,
         "Desktop": """
         The graphical session the features act on, as the service found it (gnome-shell, sway, x11, \

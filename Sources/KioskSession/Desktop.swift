@@ -240,8 +240,8 @@ struct FeatureRealisation: Hashable, Sendable {
     /// The reason for a feature the desktop does not act on: the note, and
     /// the desktops that do deliver it (`… (GNOME Kiosk has no colour
     /// effects; gnome-shell and x11 do)`), what would deliver it — each in
-    /// its latest version (GNOME Kiosk 50's magnifier counts).
-    func notActing(_ feature: Feature, on desktop: Desktop) -> String {
+    /// its latest version (GNOME Kiosk 50's magnifier counts); then `also`.
+    func notActing(_ feature: Feature, on desktop: Desktop, also: String? = nil) -> String {
         let others = Desktop.allCases.filter { other in
             guard other != desktop, other != .none else { return false }
             let realisation = other.realisation(DesktopFacts(sessionStartsScreenReader: true, kioskMagnifier: true))
@@ -252,8 +252,9 @@ struct FeatureRealisation: Hashable, Sendable {
             names.count < 2
             ? names.joined()
             : names.dropLast().joined(separator: ", ") + " and " + names.last!
-        let parts = [notes[feature], delivering.isEmpty ? nil : delivering + (names.count == 1 ? " does" : " do")]
-        return "the desktop '\(desktop)' does not act on it (" + parts.compactMap { $0 }.joined(separator: "; ") + ")"
+        let parts = [notes[feature], delivering.isEmpty ? nil : delivering + (names.count == 1 ? " does" : " do"), also]
+            .compactMap { $0 }
+        return "the desktop '\(desktop)' does not act on it" + (parts.isEmpty ? "" : " (" + parts.joined(separator: "; ") + ")")
     }
 }
 

@@ -143,8 +143,10 @@ public final class SeatDesktopDriver: DesktopDriver, @unchecked Sendable {
                     "\(noAgent), which runs one on \(desktop): the desktop has none of its own")
             } else if desktop == .none {
                 capabilities[feature] = .notActing(
-                    "the desktop 'none' does not act on it"
-                        + (seatSession == nil ? " (logind reports no graphical session on seat0; [Service] Desktop= names the desktop)" : ""))
+                    realisation.notActing(
+                        feature, on: desktop,
+                        also: seatSession == nil
+                            ? "logind reports no graphical session on seat0; [Service] Desktop= names the desktop" : nil))
             }
         }
         return capabilities

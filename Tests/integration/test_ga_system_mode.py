@@ -264,8 +264,8 @@ def test_with_no_desktop_running_system_mode_claims_nothing_and_says_what_would_
     name, message = rec.error("StartSession", "a{sv}", ({"features": dbus.Array(["zoom"], signature="s")},))
     assert (name, message) == (
         GA_ERROR + "UnsupportedFeature",
-        "zoom: the desktop 'none' does not act on it (logind reports no graphical session on seat0; "
-        "[Service] Desktop= names the desktop)")
+        "zoom: the desktop 'none' does not act on it (gnome-shell and gnome-kiosk do; logind reports no graphical "
+        "session on seat0; [Service] Desktop= names the desktop)")
     assert "desktop: none (logind: no graphical session on seat0)" in daemon.log()
     assert "installed" not in daemon.log()
 
