@@ -31,6 +31,7 @@ not root, a tool or cgroup2 missing, no reachable Debian mirror to build the
 root filesystem from.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -51,6 +52,11 @@ from container_setup import (CONFIG, FACTS, KIOSK_UID, KIOSK_USER, install_as_th
                              readme_install_commands)
 
 REPO_ROOT = HERE.parent.parent
+# What a failure's report shows (conftest `booted`): the system service and
+# the kiosk user's units, or the kiosk user's manager and units alone.
+SYSTEM_SERVICE_JOURNAL = (f"guidedaccessd and uid {KIOSK_UID}",
+                          ["_SYSTEMD_UNIT=guidedaccessd.service", "+", f"_UID={KIOSK_UID}"])
+KIOSK_USER_JOURNAL = (f"uid {KIOSK_UID}: its manager and units", [f"_UID={KIOSK_UID}"])
 _CONTAINER = []
 
 
@@ -303,34 +309,20 @@ def bare_kiosk(rootfs, stage, workdir):
     """A fourth container, the kiosk before the package: the kiosk user with
     its own manager and session bus, nothing of guidedaccess installed
     (test_package.py installs, removes and purges it there)."""
-    directory = workdir / "package"
-    directory.mkdir()
-    ct = nspawn.Container(rootfs, stage, directory, suffix="-package")
-    try:
-        FACTS["package container: boot"] = f"{ct.boot():.1f} s"
-        _CONTAINER.insert(0, ct)
+    with booted(rootfs, stage, workdir, "package", "package container") as ct:
         ct.run(["useradd", "--create-home", "--uid", str(KIOSK_UID), KIOSK_USER])
         ct.run(["systemctl", "start", f"user@{KIOSK_UID}.service"])
         yield ct
-    finally:
-        shut_down(ct, "package container")
 
 
 @pytest.fixture(scope="module")
 def fleet_container(rootfs, stage, workdir):
     """A kiosk of its own for test_fleet.py, installed as `installed` is:
     its journal goes to a collector through systemd-journal-upload."""
-    directory = workdir / "fleet"
-    directory.mkdir()
-    ct = nspawn.Container(rootfs, stage, directory, suffix="-fleet")
-    ct.failure_journal = ("guidedaccessd, journal-upload, journal-remote", [
-        "-u", "guidedaccessd", "-u", "systemd-journal-upload", "-u", "systemd-journal-remote"])
-    try:
-        FACTS["fleet container: boot"] = f"{ct.boot():.1f} s"
-        _CONTAINER.insert(0, ct)
+    journal = ("guidedaccessd, journal-upload, journal-remote",
+               ["-u", "guidedaccessd", "-u", "systemd-journal-upload", "-u", "systemd-journal-remote"])
+    with booted(rootfs, stage, workdir, "fleet", "fleet container", journal=journal) as ct:
         yield install(ct)
-    finally:
-        shut_down(ct, "fleet container")
 
 
 @pytest.fixture(scope="module")
@@ -339,21 +331,13 @@ def speech_container(speech_rootfs, stage, workdir):
     installed (no system-mode configuration), the
     kiosk user's manager through linger, Xvfb on :5 and speech-dispatcher
     logging what it says (user_session.prepare)."""
-    directory = workdir / "speech"
-    directory.mkdir()
-    ct = nspawn.Container(speech_rootfs, stage, directory, suffix="-speech")
     # What fails here is in the kiosk user's journal: its manager, the
     # service, the screen reader's units.
-    ct.failure_journal = (f"uid {KIOSK_UID}: its manager and units", [f"_UID={KIOSK_UID}"])
-    try:
-        FACTS["speech container: boot"] = f"{ct.boot():.1f} s"
-        _CONTAINER.insert(0, ct)
+    with booted(speech_rootfs, stage, workdir, "speech", "speech container", journal=KIOSK_USER_JOURNAL) as ct:
         install_package(ct)
         for step, seconds in user_session.prepare(ct).items():
             FACTS[f"speech container: {step}"] = f"{seconds:.2f} s"
         yield ct
-    finally:
-        shut_down(ct, "speech container")
 
 
 @pytest.fixture(scope="module")
@@ -365,8 +349,7 @@ def agent_kiosk(agent_rootfs, stage, workdir):
     logged in yet."""
     ct = nspawn.Container(agent_rootfs, stage, workdir / "agent", persistent=True, suffix="-agent")
     # The service's journal and the kiosk user's (its manager, the agent, Orca).
-    ct.failure_journal = (f"guidedaccessd and uid {KIOSK_UID}",
-                          ["_SYSTEMD_UNIT=guidedaccessd.service", "+", f"_UID={KIOSK_UID}"])
+    ct.failure_journal = SYSTEM_SERVICE_JOURNAL
     try:
         FACTS["agent container: boot"] = f"{ct.boot():.1f} s"
         _CONTAINER.insert(0, ct)
@@ -386,21 +369,12 @@ def x11_kiosk(x11_rootfs, stage, workdir):
     window of Tests/desktop/gtk_button.py) enabled for every user, root's
     own X server running (user_session.prepare_x11_kiosk); the kiosk user
     has not logged in yet."""
-    directory = workdir / "x11"
-    directory.mkdir()
-    ct = nspawn.Container(x11_rootfs, stage, directory, suffix="-x11")
-    ct.failure_journal = (f"guidedaccessd and uid {KIOSK_UID}",
-                          ["_SYSTEMD_UNIT=guidedaccessd.service", "+", f"_UID={KIOSK_UID}"])
-    try:
-        FACTS["X11 container: boot"] = f"{ct.boot():.1f} s"
-        _CONTAINER.insert(0, ct)
+    with booted(x11_rootfs, stage, workdir, "x11", "X11 container", journal=SYSTEM_SERVICE_JOURNAL) as ct:
         ct.readme_install = install_as_the_readme_says(ct, f"/stage/{REPO_ROOT.name}")
         gtk_button = (REPO_ROOT / "Tests/desktop/gtk_button.py").read_text()
         for step, seconds in user_session.prepare_x11_kiosk(ct, gtk_button).items():
             FACTS[f"X11 container: {step}"] = f"{seconds:.2f} s"
         yield ct
-    finally:
-        shut_down(ct, "X11 container")
 
 
 @pytest.fixture(scope="module")
@@ -408,20 +382,12 @@ def browser_container(browser_rootfs, stage, workdir):
     """User mode with the kiosk browser (test_browser_units.py): the browser
     root filesystem booted, the package installed (the user unit as it
     ships), the kiosk user's manager and session bus through linger."""
-    directory = workdir / "browser"
-    directory.mkdir()
-    ct = nspawn.Container(browser_rootfs, stage, directory, suffix="-browser")
     # The kiosk user's journal: its manager, the service, the browser's unit.
-    ct.failure_journal = (f"uid {KIOSK_UID}: its manager and units", [f"_UID={KIOSK_UID}"])
-    try:
-        FACTS["browser container: boot"] = f"{ct.boot():.1f} s"
-        _CONTAINER.insert(0, ct)
+    with booted(browser_rootfs, stage, workdir, "browser", "browser container", journal=KIOSK_USER_JOURNAL) as ct:
         install_package(ct)
         user_session.add_user(ct)
         FACTS["browser container: linger → user manager on its bus"] = f"{user_session.enable_linger(ct):.2f} s"
         yield ct
-    finally:
-        shut_down(ct, "browser container")
 
 
 @pytest.fixture(scope="module")
@@ -431,14 +397,7 @@ def browser_kiosk(browser_rootfs, stage, workdir):
     (dconf, the agent and the launcher admitted for the kiosk user),
     guidedaccessd.service enabled and started, the session agent enabled for
     every user and started by the kiosk user's login (linger)."""
-    directory = workdir / "browser-kiosk"
-    directory.mkdir()
-    ct = nspawn.Container(browser_rootfs, stage, directory, suffix="-browser-kiosk")
-    ct.failure_journal = (f"guidedaccessd and uid {KIOSK_UID}",
-                          ["_SYSTEMD_UNIT=guidedaccessd.service", "+", f"_UID={KIOSK_UID}"])
-    try:
-        FACTS["browser kiosk: boot"] = f"{ct.boot():.1f} s"
-        _CONTAINER.insert(0, ct)
+    with booted(browser_rootfs, stage, workdir, "browser-kiosk", "browser kiosk", journal=SYSTEM_SERVICE_JOURNAL) as ct:
         install_package(ct)
         started = time.monotonic()
         user_session.add_user(ct)
@@ -451,8 +410,26 @@ def browser_kiosk(browser_rootfs, stage, workdir):
         user_session.enable_linger(ct)
         FACTS["browser kiosk: system mode, agent enabled, login"] = f"{time.monotonic() - started:.2f} s"
         yield ct
+
+
+@contextlib.contextmanager
+def booted(rootfs, stage, workdir, name, label, journal=None):
+    """A container of its own from ROOTFS (in workdir/NAME, unit suffix
+    -NAME), booted (the boot's time a fact, `LABEL: boot`), the one a
+    failure's report reads the journal of (JOURNAL: (title, journalctl
+    arguments), else conftest's default); powered off and checked clean
+    afterwards whatever happens."""
+    directory = workdir / name
+    directory.mkdir()
+    ct = nspawn.Container(rootfs, stage, directory, suffix=f"-{name}")
+    if journal is not None:
+        ct.failure_journal = journal
+    try:
+        FACTS[f"{label}: boot"] = f"{ct.boot():.1f} s"
+        _CONTAINER.insert(0, ct)
+        yield ct
     finally:
-        shut_down(ct, "browser kiosk")
+        shut_down(ct, label)
 
 
 def shut_down(ct, what):

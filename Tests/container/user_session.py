@@ -485,21 +485,34 @@ def prepare_agent_kiosk(ct, user=KIOSK_USER):
     the kiosk user's speechd.conf (pulse). Nobody has logged in yet.
     Returns {step: seconds}."""
     started = time.monotonic()
+    _write_speaking_locked_kiosk(ct, user)
+    ct.sh(f"mkdir -p {SWAY_CONFIG_PATH.rsplit('/', 1)[0]} && cat > {SWAY_CONFIG_PATH}", input=SWAY_CONFIG)
+    ct.sh(f"cat > /etc/systemd/user/{SWAY_UNIT}", input=SWAY_SERVICE)
+    _enable_locked_kiosk(ct, SWAY_UNIT)
+    return {"system mode, agent and sway enabled": time.monotonic() - started}
+
+
+def _write_speaking_locked_kiosk(ct, user):
+    """What prepare_agent_kiosk and prepare_x11_kiosk share: the kiosk user,
+    the dconf profile line, AGENT_CONFIG, the recorder's user unit,
+    PipeWire's null sink and the kiosk user's speechd.conf (pulse)."""
     add_user(ct, user)
     ct.run(["guidedaccess-dconf-profile"])
     ct.sh("mkdir -p /etc/guidedaccess && cat > /etc/guidedaccess/guidedaccess.conf", input=AGENT_CONFIG)
-    ct.sh(f"mkdir -p {SWAY_CONFIG_PATH.rsplit('/', 1)[0]} && cat > {SWAY_CONFIG_PATH}", input=SWAY_CONFIG)
-    ct.sh(f"mkdir -p /etc/systemd/user && cat > /etc/systemd/user/{SWAY_UNIT}", input=SWAY_SERVICE)
-    ct.sh(f"cat > /etc/systemd/user/{RECORDER_UNIT}", input=RECORDER_SERVICE)
+    ct.sh(f"mkdir -p /etc/systemd/user && cat > /etc/systemd/user/{RECORDER_UNIT}", input=RECORDER_SERVICE)
     ct.sh("mkdir -p /etc/pipewire/pipewire.conf.d && cat > /etc/pipewire/pipewire.conf.d/speech-sink.conf",
           input=SPEECH_SINK_CONF)
     ct.sh("mkdir -p ~/.config/speech-dispatcher && cat > ~/.config/speech-dispatcher/speechd.conf", user=user,
           input=SPEECHD_CONF_PULSE)
+
+
+def _enable_locked_kiosk(ct, *session_units):
+    """The bus and systemd told of the files written; guidedaccessd.service
+    enabled and started; the agent and SESSION_UNITS enabled for every user."""
     ct.run(["busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig"])
     ct.run(["systemctl", "daemon-reload"])
     ct.run(["systemctl", "enable", "--now", "guidedaccessd.service"])
-    ct.run(["systemctl", "--global", "enable", AGENT_UNIT, SWAY_UNIT])
-    return {"system mode, agent and sway enabled": time.monotonic() - started}
+    ct.run(["systemctl", "--global", "enable", AGENT_UNIT, *session_units])
 
 
 def start_recording(ct, user=KIOSK_USER):
@@ -657,27 +670,17 @@ def prepare_x11_kiosk(ct, gtk_button, user=KIOSK_USER):
     X11_COLOURFUL_CSS; and root's own X server on X11_ROOT_DISPLAY, running.
     Nobody has logged in yet. Returns {step: seconds}."""
     started = time.monotonic()
-    add_user(ct, user)
-    ct.run(["guidedaccess-dconf-profile"])
-    ct.sh("mkdir -p /etc/guidedaccess && cat > /etc/guidedaccess/guidedaccess.conf", input=AGENT_CONFIG)
+    _write_speaking_locked_kiosk(ct, user)
     ct.sh(f"mkdir -p {GTK_BUTTON_PATH.rsplit('/', 1)[0]} && cat > {GTK_BUTTON_PATH}", input=gtk_button)
-    ct.sh(f"mkdir -p /etc/systemd/user && cat > /etc/systemd/user/{X11_SERVER_UNIT}", input=X11_SERVER_SERVICE)
+    ct.sh(f"cat > /etc/systemd/user/{X11_SERVER_UNIT}", input=X11_SERVER_SERVICE)
     ct.sh(f"cat > /etc/systemd/user/{X11_SESSION_UNIT}", input=X11_SESSION_SERVICE)
-    ct.sh(f"cat > /etc/systemd/user/{RECORDER_UNIT}", input=RECORDER_SERVICE)
-    ct.sh("mkdir -p /etc/pipewire/pipewire.conf.d && cat > /etc/pipewire/pipewire.conf.d/speech-sink.conf",
-          input=SPEECH_SINK_CONF)
-    ct.sh("mkdir -p ~/.config/speech-dispatcher && cat > ~/.config/speech-dispatcher/speechd.conf", user=user,
-          input=SPEECHD_CONF_PULSE)
     ct.sh("mkdir -p ~/.config/gtk-3.0 && cat > ~/.config/gtk-3.0/gtk.css", user=user, input=X11_COLOURFUL_CSS)
     ct.run(["python3", "-c", _WRITE_XAUTHORITY, X11_AUTH, X11_DISPLAY[1:]], user=user)
     ct.run(["python3", "-c", _WRITE_XAUTHORITY, X11_ROOT_AUTH, X11_ROOT_DISPLAY[1:]])
     ct.run(["systemd-run", "-q", f"--unit={X11_ROOT_UNIT}", "--description=root's X server (a display manager's)",
             "--", "/usr/bin/Xvfb", X11_ROOT_DISPLAY, "-screen", "0", "640x480x24", "-nolisten", "tcp",
             "-auth", X11_ROOT_AUTH])
-    ct.run(["busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig"])
-    ct.run(["systemctl", "daemon-reload"])
-    ct.run(["systemctl", "enable", "--now", "guidedaccessd.service"])
-    ct.run(["systemctl", "--global", "enable", AGENT_UNIT, X11_SERVER_UNIT, X11_SESSION_UNIT])
+    _enable_locked_kiosk(ct, X11_SERVER_UNIT, X11_SESSION_UNIT)
     root_socket = f"/tmp/.X11-unix/X{X11_ROOT_DISPLAY[1:]}"
     wait_for(lambda: ct.run(["test", "-S", root_socket], check=False).returncode == 0, f"root's X socket {root_socket}")
     return {"system mode, agent and X11 session enabled, root's X server": time.monotonic() - started}
