@@ -125,16 +125,23 @@ def rootfs():
     return root
 
 
+def _layer(ensure, base, fact):
+    """A cached root filesystem layer on BASE (user_session's ENSURE), its
+    build time or cache the fact FACT; the test skipped, with the reason,
+    where it cannot be built."""
+    try:
+        root, seconds = ensure(base, log=lambda line: print(line, file=sys.stderr))
+    except nspawn.Unavailable as error:
+        pytest.skip(f"container test not run: {error}")
+    FACTS[fact] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
+    return root
+
+
 @pytest.fixture(scope="session")
 def speech_rootfs(rootfs):
     """The base plus Orca, speech-dispatcher and Xvfb (user_session.py), a
     separate cache: only the tests that ask for it pay for it."""
-    try:
-        root, seconds = user_session.ensure_speech_rootfs(rootfs, log=lambda line: print(line, file=sys.stderr))
-    except nspawn.Unavailable as error:
-        pytest.skip(f"container test not run: {error}")
-    FACTS["speech root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
-    return root
+    return _layer(user_session.ensure_speech_rootfs, rootfs, "speech root filesystem")
 
 
 @pytest.fixture(scope="session")
@@ -142,36 +149,21 @@ def agent_rootfs(speech_rootfs):
     """The speech root filesystem plus sway with Xwayland and PipeWire with
     its pulse server (user_session.py), cached separately again: only
     test_agent_speech.py pays for it."""
-    try:
-        root, seconds = user_session.ensure_agent_rootfs(speech_rootfs, log=lambda line: print(line, file=sys.stderr))
-    except nspawn.Unavailable as error:
-        pytest.skip(f"container test not run: {error}")
-    FACTS["agent root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
-    return root
+    return _layer(user_session.ensure_agent_rootfs, speech_rootfs, "agent root filesystem")
 
 
 @pytest.fixture(scope="session")
 def x11_rootfs(agent_rootfs):
     """The agent root filesystem plus picom, matchbox, ImageMagick, xsettingsd and wvkbd
     (user_session.py), cached separately: only test_x11_agent.py pays for it."""
-    try:
-        root, seconds = user_session.ensure_x11_rootfs(agent_rootfs, log=lambda line: print(line, file=sys.stderr))
-    except nspawn.Unavailable as error:
-        pytest.skip(f"container test not run: {error}")
-    FACTS["X11 root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
-    return root
+    return _layer(user_session.ensure_x11_rootfs, agent_rootfs, "X11 root filesystem")
 
 
 @pytest.fixture(scope="session")
 def browser_rootfs(rootfs):
     """The base plus Chromium and iproute2 (user_session.py), cached
     separately: only test_browser_units.py pays for it."""
-    try:
-        root, seconds = user_session.ensure_browser_rootfs(rootfs, log=lambda line: print(line, file=sys.stderr))
-    except nspawn.Unavailable as error:
-        pytest.skip(f"container test not run: {error}")
-    FACTS["browser root filesystem"] = f"built in {seconds:.0f} s" if seconds else f"cached ({root})"
-    return root
+    return _layer(user_session.ensure_browser_rootfs, rootfs, "browser root filesystem")
 
 
 @pytest.fixture(scope="session")
