@@ -217,7 +217,7 @@ public final class SessionProgram: @unchecked Sendable {
     private func find(_ record: ProgramRecord) async -> Run? {
         switch record {
         case .process:
-            return WatchedProcess(adopting: record, loop: loop).map(Run.process)
+            return await WatchedProcess(adopting: record, loop: loop).map(Run.process)
         case .unit(let name):
             guard let bus else { return nil }
             return await TransientUnit.adopt(name: name, connection: bus, logger: logger).map(Run.unit)

@@ -72,15 +72,30 @@ final class WatchedProcess: @unchecked Sendable {
     /// The process `record` names, if it is still that process (same start
     /// time on the same boot, and the token the service gave it in its
     /// environment); nil otherwise.
-    init?(adopting record: ProgramRecord, loop: EventLoop) {
+    ///
+    /// A process in the middle of an exec (a wrapper script exec'ing its
+    /// program) already has its new name but, for a moment, no environment:
+    /// the kernel reads `/proc/PID/environ` empty until the new image's stack
+    /// is set up. An empty environment (every program the service starts has
+    /// at least its token) is read again, for up to half a second, without
+    /// blocking the loop.
+    init?(adopting record: ProgramRecord, loop: EventLoop) async {
         guard case .process(let pid, let startTime, let bootID, let token) = record, bootID == ProcessTable.bootID,
             !token.isEmpty
         else { return nil }
         let fd = ga_pidfd_open(pid)
         guard fd >= 0 else { return nil }
-        // Read after the pidfd is open: if it names the same start time now,
-        // the pidfd refers to that process, not to a later one with its pid.
-        guard ProcessTable.startTime(of: pid) == startTime, Self.environment(of: pid).contains(Self.tokenVariable + "=" + token)
+        var environment = Self.environment(of: pid)
+        let deadline = ContinuousClock.now + .milliseconds(500)
+        while environment?.isEmpty == true, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(2))
+            environment = Self.environment(of: pid)
+        }
+        // Read after the pidfd is open and the environment: if it names the
+        // same start time now, both refer to that process, not to a later one
+        // with its pid.
+        guard ProcessTable.startTime(of: pid) == startTime,
+            environment?.contains(Self.tokenVariable + "=" + token) == true
         else {
             close(fd)
             return nil
@@ -134,9 +149,9 @@ final class WatchedProcess: @unchecked Sendable {
 
     /// The `NAME=value` entries of a process's environment as it was
     /// started (`/proc/PID/environ`, readable for a process of the same
-    /// user); none when it cannot be read.
-    static func environment(of pid: Int32) -> Set<String> {
-        guard let bytes = (try? FileContents.read("/proc/\(pid)/environ")) ?? nil else { return [] }
+    /// user); nil when it cannot be read, none in the middle of an exec.
+    static func environment(of pid: Int32) -> Set<String>? {
+        guard let bytes = (try? FileContents.read("/proc/\(pid)/environ")) ?? nil else { return nil }
         return Set(bytes.split(separator: 0).map { String(decoding: $0, as: UTF8.self) })
     }
 
