@@ -47,15 +47,21 @@ import Testing
     /// until the new image's stack is set up): it is still the program the
     /// service started, and adopted. Before, adoption read the environment
     /// once and left such a program alone (the test above failed so on a
-    /// loaded CI). The moment is stretched here to 0.1 s: a shell with an
-    /// empty environment that then execs, through env, a sleep with the token.
+    /// loaded CI). The moment is stretched here: a shell started with an
+    /// empty environment waits on a FIFO, which is written 0.1 s after
+    /// adoption has begun, then execs a sleep with the token.
     @Test func aProgramWhoseEnvironmentIsEmptyForAMomentIsAdoptedOnceItShowsTheToken() async throws {
         let loop = EventLoop()
         let token = "0123456789abcdef-fedcba9876543210"
+        var template = Array("/tmp/ga-adopt-XXXXXX".utf8CString)
+        let directory = String(cString: try #require(mkdtemp(&template)))
+        defer { _ = system("rm -rf '\(directory)'") }
+        let fifo = directory + "/go"
+        try #require(mkfifo(fifo, 0o600) == 0)
         let child = try WatchedProcess(
             spawning: [
                 "/usr/bin/env", "-i", "/bin/sh", "-c",
-                "/bin/sleep 0.1; exec /usr/bin/env \(WatchedProcess.tokenVariable)=\(token) /bin/sleep 30",
+                "read x < \(fifo); export \(WatchedProcess.tokenVariable)=\(token); exec /bin/sleep 30",
             ], environment: [:], name: "sleep", loop: loop, logger: Logger(label: "test"))
         defer {
             child.send(SIGKILL)
@@ -66,8 +72,11 @@ import Testing
             Issue.record("not a process record: \(child.record)")
             return
         }
-        for _ in 0..<100 where ProcessTable.name(of: pid) != "sh" { usleep(1000) }
+        for _ in 0..<500 where ProcessTable.name(of: pid) != "sh" { usleep(10_000) }
         #expect(WatchedProcess.environment(of: pid) == [])
+        // The writer is a process of its own (a task could wait behind the
+        // tests that hold the pool's threads).
+        #expect(system("(sleep 0.1; echo go > \(fifo)) &") == 0)
         let record = ProgramRecord.process(pid: pid, startTime: startTime, bootID: bootID, token: token)
         #expect(await WatchedProcess(adopting: record, loop: loop) != nil)
         #expect(ProcessTable.name(of: pid) == "sleep")
