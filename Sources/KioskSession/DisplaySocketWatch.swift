@@ -28,17 +28,22 @@ public final class DisplaySocketWatch: @unchecked Sendable {
     /// The parents watched for missing directories: descriptor → those.
     private var parents: [Int32: Set<String>] = [:]
 
-    static let pause: Duration = .milliseconds(250)
+    /// A quarter of a second (a test stretches it).
+    private let pause: Duration
     private static let mask = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
     private static let parentMask = UInt32(IN_CREATE | IN_MOVED_TO | IN_ONLYDIR)
 
     /// nil when inotify is not available, or none of the directories nor
     /// their parents can be watched.
-    public init?(directories: [String], loop: EventLoop, changed: @escaping @Sendable () -> Void) {
+    public init?(
+        directories: [String], loop: EventLoop, pause: Duration = .milliseconds(250),
+        changed: @escaping @Sendable () -> Void
+    ) {
         let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard fd >= 0 else { return nil }
         self.fd = fd
         self.loop = loop
+        self.pause = pause
         self.changed = changed
         for directory in directories { self.directories[directory] = .some(nil) }
         for directory in directories { watch(directory) }
@@ -112,13 +117,14 @@ public final class DisplaySocketWatch: @unchecked Sendable {
         // the compositor's Wayland one — is seen at each step.
         let now = ContinuousClock.now
         defer { lastWake = now }
-        guard let last = lastWake, now - last < Self.pause else { return }
+        guard let last = lastWake, now - last < pause else { return }
         // What comes meanwhile waits in the kernel's queue.
         if let source { loop.removeSource(source, fd: fd) }
         source = nil
         let loop = self.loop
+        let pause = self.pause
         resume = Task(executorPreference: loop) { [weak self] in
-            do { try await loop.sleep(for: Self.pause) } catch { return }
+            do { try await loop.sleep(for: pause) } catch { return }
             self?.listen()
         }
     }

@@ -153,8 +153,14 @@ struct Mistyped: DBusRepresentable {
         await peers.state.set(value: 3)
         await peers.announce(Self.watched)
         #expect(try await peers.get(Self.watched, "Watched") == .variant(.int32(3)))
-        // The hook's tasks run on the server's loop; a round trip lets them.
+        // The hook starts a task of its own for each read: waited for (on a
+        // loaded machine they may run late), then given a moment more in
+        // which an extra one would show.
         _ = try await peers.getAll(Self.held)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while await peers.state.watchedReads < 4, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
         try await Task.sleep(for: .milliseconds(50))
         #expect(await peers.state.watchedReads == 4)
         await peers.close()
