@@ -100,11 +100,23 @@ def screen_readers(env):
                 continue
             if Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
                 continue
-            if marker in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+            if marker in environment(entry):
                 found.append(int(entry))
         except OSError:
             continue
     return sorted(found)
+
+
+def environment(pid):
+    """The `NAME=value` entries of /proc/PID/environ. A process in the middle
+    of an exec has its new name (or executable) but, for a moment, an empty
+    environment there: read again for up to 50 ms."""
+    deadline = time.monotonic() + 0.05
+    while True:
+        entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        if entries != [b""] or time.monotonic() >= deadline:
+            return entries
+        time.sleep(0.002)
 
 
 def missing_tools():
@@ -503,7 +515,7 @@ class Speech:
             try:
                 exe = os.readlink(f"/proc/{entry}/exe")
                 if exe == TOOLS["speech-dispatcher"] or exe.startswith(MODULES_DIR + "/"):
-                    if marker in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+                    if marker in environment(entry):
                         found.append(int(entry))
             except OSError:
                 continue

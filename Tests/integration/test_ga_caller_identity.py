@@ -98,7 +98,14 @@ bus = dbus.bus.BusConnection(address)
 child = os.fork()
 if child:
     os.execv(program, [program, "30"])
-time.sleep(0.3)  # the parent has exec'd the allowed program by now
+deadline = time.monotonic() + 5  # until the parent has exec'd the allowed program
+while time.monotonic() < deadline:
+    try:
+        if os.readlink(f"/proc/{os.getppid()}/exe") == program:
+            break
+    except OSError:
+        pass
+    time.sleep(0.01)
 try:
     bus.call_blocking("org.guidedaccess.GuidedAccess1", "/org/guidedaccess/GuidedAccess1",
                       "org.guidedaccess.GuidedAccess1", "StartSession", "a{sv}", ({},), timeout=10)
