@@ -564,7 +564,7 @@ def test_listening_socket_refused_at_once(env, gad, cleanup):
     assert outcome is not None, "a listening socket was attached"
     name, message = outcome
     assert name == DBUS_ERROR + "InvalidArgs", outcome
-    assert took < 0.5, f"refused after {took:.2f} s: the service waited for a browser at a socket with no peer"
+    assert took < 1.5, f"refused after {took:.2f} s: the service waited (2 s) for a browser at a socket with no peer"
     assert "connected" in message, f"the refusal does not say the socket is not connected: {message!r}"
 
 

@@ -74,10 +74,11 @@ def busctl_in_background(env, member, *args):
 
 
 def version_promptly(env):
-    """Properties.Get of Version answers within 0.5 s."""
+    """Properties.Get of Version answers within 1.5 s (a busctl started for
+    it, on a machine that may be loaded; what it catches waits 2 s or more)."""
     value, took = timed(get, env, "Version")
     assert value, "no Version"
-    assert took < 0.5, f"Get Version took {took:.2f} s"
+    assert took < 1.5, f"Get Version took {took:.2f} s"
 
 
 def auto_attach(endpoint, value, since=0.0, timeout=5.0):
@@ -200,7 +201,7 @@ def test_a_page_that_never_answers_holds_the_call_no_longer_than_the_cap_and_is_
     ended = time.monotonic()
     (rc, _, err), end_took = timed(env.busctl_call, "EndSession")
     assert rc == 0, err
-    assert end_took < 1.0, f"EndSession took {end_took:.2f} s"
+    assert end_took < 2.0, f"EndSession took {end_took:.2f} s (the hung page's command timeout is 3 s)"
     for page in ("PAGE1", "PAGE3"):
         assert browser.wait_for_message("Page.removeScriptToEvaluateOnNewDocument", 2.0, target=page, since=ended)
     assert browser.received(target="PAGE2", since=ended) == []
@@ -476,7 +477,7 @@ def test_a_browser_that_accepts_but_never_answers_stalls_neither_start_up_nor_ca
     browser = fake(pages=2)
     setattr(browser, silent, True)
     daemon, startup = timed(start, env, browser)
-    assert startup < 1.0, f"start-up took {startup:.2f} s: it waited for the browser"
+    assert startup < 1.9, f"start-up took {startup:.2f} s: it waited for the browser (2 s)"
     version_promptly(env)
     monitor = errmon_factory()
     (name, message), took = timed(
@@ -484,7 +485,7 @@ def test_a_browser_that_accepts_but_never_answers_stalls_neither_start_up_nor_ca
     assert name == GA_ERROR + "UnsupportedFeature"
     assert message == (
         f"invert-colors: the desktop 'none' does not act on it (gnome-shell and x11 do), and no browser is attached (guidedaccessctl browser) or connected at {browser.endpoint}")
-    assert took < 2.5, f"StartSession took {took:.2f} s; the open timeout is 2 s"
+    assert took < 3.5, f"StartSession took {took:.2f} s; the open timeout is 2 s"
     what = "no answer" if silent == "silent" else "no WebSocket"
     assert log_line(daemon, f"{what} from {re.escape(browser.endpoint)} within 2", 1.0), daemon.log()[-2000:]
     assert browser.wait(lambda: all(c.closed is not None for c in browser.connections), 1.0), (
