@@ -77,8 +77,8 @@ final class WatchedProcess: @unchecked Sendable {
     /// program) already has its new name but, for a moment, no environment:
     /// the kernel reads `/proc/PID/environ` empty until the new image's stack
     /// is set up. An empty environment (every program the service starts has
-    /// at least its token) is read again, for up to half a second, without
-    /// blocking the loop.
+    /// at least its token) is read again, for up to half a second, on the
+    /// loop's own timer (`EventLoop.sleep`), without blocking it.
     init?(adopting record: ProgramRecord, loop: EventLoop) async {
         guard case .process(let pid, let startTime, let bootID, let token) = record, bootID == ProcessTable.bootID,
             !token.isEmpty
@@ -88,7 +88,7 @@ final class WatchedProcess: @unchecked Sendable {
         var environment = Self.environment(of: pid)
         let deadline = ContinuousClock.now + .milliseconds(500)
         while environment?.isEmpty == true, ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(2))
+            try? await loop.sleep(for: .milliseconds(2))
             environment = Self.environment(of: pid)
         }
         // Read after the pidfd is open and the environment: if it names the

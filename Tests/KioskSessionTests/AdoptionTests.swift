@@ -12,7 +12,7 @@ import Testing
     /// alone, and so is a record of a journal without a token. The token
     /// survives the program's exec of another (a wrapper script).
     @Test func aJournaledPidIsAdoptedOnlyWithTheTokenItWasStartedWith() async throws {
-        let loop = EventLoop()
+        let loop = EventLoop.spawn()  // running: adoption may wait on its timer
         let child = try WatchedProcess(
             spawning: ["/bin/sh", "-c", "exec sleep 30"], environment: [:], name: "sleep", loop: loop, logger: Logger(label: "test"))
         defer {
@@ -51,7 +51,7 @@ import Testing
     /// empty environment waits on a FIFO, which is written 0.1 s after
     /// adoption has begun, then execs a sleep with the token.
     @Test func aProgramWhoseEnvironmentIsEmptyForAMomentIsAdoptedOnceItShowsTheToken() async throws {
-        let loop = EventLoop()
+        let loop = EventLoop.spawn()  // running: adoption may wait on its timer
         let token = "0123456789abcdef-fedcba9876543210"
         var template = Array("/tmp/ga-adopt-XXXXXX".utf8CString)
         let directory = String(cString: try #require(mkdtemp(&template)))
