@@ -410,30 +410,28 @@ enum Introspection {
             guard let text = interface.documentation[member] else { return "" }
             return indent + "<annotation name=\"org.gtk.GDBus.DocString\" value=\"\(escape(text))\"/>\n"
         }
-        var out = "  <interface name=\"\(escape(interface.name))\">\n" + doc("", indent: "    ")
-        for method in interface.methods {
-            var inner = doc(method.name, indent: "      ")
-            for (direction, arguments) in [("In", method.inputs), ("Out", method.outputs)] {
-                for (index, argument) in arguments.enumerated() {
-                    if let name = qtTypeName(argument.type.signature) {
-                        inner += "      <annotation name=\"\(qtTypeNameAnnotation).\(direction)\(index)\" value=\"\(name)\"/>\n"
-                    }
+        /// Qt's type name of each argument whose type Qt does not know, as
+        /// `QtTypeName.<direction><index>`, for each of `directions`.
+        func qtTypes(_ arguments: [any ArgumentDeclaration], _ directions: [String]) -> String {
+            var out = ""
+            for (index, argument) in arguments.enumerated() {
+                guard let name = qtTypeName(argument.type.signature) else { continue }
+                for direction in directions {
+                    out += "      <annotation name=\"\(qtTypeNameAnnotation).\(direction)\(index)\" value=\"\(name)\"/>\n"
                 }
             }
+            return out
+        }
+        var out = "  <interface name=\"\(escape(interface.name))\">\n" + doc("", indent: "    ")
+        for method in interface.methods {
+            var inner = doc(method.name, indent: "      ") + qtTypes(method.inputs, ["In"]) + qtTypes(method.outputs, ["Out"])
             inner += method.inputs.map { argument($0, direction: "in") }.joined()
                 + method.outputs.map { argument($0, direction: "out") }.joined()
             out += element("method", method.name, inner)
         }
         for signal in interface.signals {
-            var inner = doc(signal.name, indent: "      ")
             // Qt 5's qdbusxml2cpp reads a signal's argument types as Out<N>, Qt 6's as In<N>: both.
-            for (index, argument) in signal.arguments.enumerated() {
-                if let name = qtTypeName(argument.type.signature) {
-                    for direction in ["Out", "In"] {
-                        inner += "      <annotation name=\"\(qtTypeNameAnnotation).\(direction)\(index)\" value=\"\(name)\"/>\n"
-                    }
-                }
-            }
+            var inner = doc(signal.name, indent: "      ") + qtTypes(signal.arguments, ["Out", "In"])
             inner += signal.arguments.map { argument($0, direction: nil) }.joined()
             out += element("signal", signal.name, inner)
         }
