@@ -165,8 +165,7 @@ def unsupported(kiosk, feature, method="ConfigureForSession"):
 
 
 def environ(pid):
-    with open(f"/proc/{pid}/environ", "rb") as source:
-        entries = source.read().decode(errors="replace").split("\0")
+    entries = (entry.decode(errors="replace") for entry in speech.environment(pid))
     return dict(entry.split("=", 1) for entry in entries if "=" in entry)
 
 
